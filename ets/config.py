@@ -1,0 +1,287 @@
+"""Configuration: one validated dataclass per layer, loadable from YAML, overridable.
+
+    search:  SearchConfig   what the search does (method, width, scoring, ETS weights)
+    policy:  PolicyConfig   which model proposes steps, and how it is run
+    reward:  RewardConfig   which PRM scores them
+    data:    DataConfig     which problems
+    RunConfig               all four, plus where results go
+
+A YAML file may hold the four sections, or put the search keys at the top level, as the
+ETS public code's hyperparameter files do (their key names are accepted: `select_method`,
+`lambdac`, `lambdas`, `fixedwidth`, ...). Command-line overrides are `key=value`, with a
+dotted section for the other layers: `width=64 policy.model=tiny:qwen2 data.limit=10`.
+Every unknown key or bad value raises `ConfigError` naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is not valid; the message names it and the fix."""
+
+
+# The ETS public code's names for the methods, mapped onto ours.
+METHOD_ALIASES = {
+    "beam_search": "beam",
+    "softmax": "rebase",
+    "softmax_costmodel": "ets",
+    "bon": "best_of_n",
+    "best-of-n": "best_of_n",
+}
+METHODS = ("best_of_n", "beam", "dvts", "rebase", "ets")
+AGGREGATIONS = ("last", "min", "mean", "prod")
+VOTES = ("best", "majority", "weighted")
+COSTS = ("uniform", "tokens")
+
+# Keys of the ETS public code's hyperparameter files -> our field names.
+ETS_KEY_ALIASES = {
+    "select_method": "method",
+    "lambdac": "lambda_c",
+    "lambdas": "lambda_s",
+    "fixedwidth": "fixed_width",
+}
+
+
+def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}: {value!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+def _positive(key: str, value: Any, zero_ok: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (value >= 0 if zero_ok else value > 0)
+    if not ok:
+        raise ConfigError(f"{key}: {value!r} must be a number {'>= 0' if zero_ok else '> 0'}")
+
+
+def _integer(key: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{key}: {value!r} must be an integer >= {minimum}")
+
+
+@dataclass
+class SearchConfig:
+    """Hyperparameters of one search (ALGORITHMS.md). Defaults follow the ETS public code."""
+
+    method: str = "rebase"            # best_of_n | beam | dvts | rebase | ets (ETS names accepted)
+    width: int = 16                   # W: completed trajectories a search may produce
+    temperature: float = 1.0          # policy sampling temperature
+    top_p: float = 1.0
+    top_k: int = 0                    # 0 = off
+    max_step_tokens: int = 256        # tokens per step before it is cut
+    max_tokens: int = 1024            # generated tokens per trajectory before it is completed
+    max_depth: int = 25               # steps per trajectory
+    softmax_temperature: float = 0.2  # REBASE / ETS outcome-weight temperature T
+    fixed_width: int | None = None    # beam: beams kept; dvts: subtrees (default ceil(sqrt(W)))
+    lambda_c: float = 1.0             # ETS: weight of the KV cost
+    lambda_s: float = 1.5             # ETS: weight of semantic coverage
+    cost: str = "uniform"             # ETS node cost: uniform (1/(M+N)) | tokens
+    cluster_threshold: float = 0.05   # ETS: cosine-distance cut of the dendrogram
+    embedder: str = "all-MiniLM-L6-v2"  # sentence-transformers model (default ships offline)
+    kv_budget: int | None = None      # ETS: hard cap on tokens of kept nodes (beyond the paper)
+    lp_relax: bool = False            # ETS: solve the LP relaxation and round
+    lp_time_limit: float = 1.0        # ETS: seconds per solve before the REBASE fallback
+    aggregation: str = "last"         # last | min | mean | prod
+    vote: str = "weighted"            # best | majority | weighted
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.method = METHOD_ALIASES.get(self.method, self.method)
+        _choice("method", self.method, METHODS)
+        if self.fixed_width is not None and self.fixed_width <= 0:
+            self.fixed_width = None   # the ETS code writes -1 for "not set"
+        for key in ("width", "max_step_tokens", "max_tokens", "max_depth"):
+            _integer(key, getattr(self, key), 1)
+        _integer("top_k", self.top_k, 0)
+        _integer("seed", self.seed, 0)
+        if self.fixed_width is not None:
+            _integer("fixed_width", self.fixed_width, 1)
+        if self.kv_budget is not None:
+            _integer("kv_budget", self.kv_budget, 1)
+        _positive("temperature", self.temperature, zero_ok=True)
+        _positive("softmax_temperature", self.softmax_temperature)
+        _positive("lp_time_limit", self.lp_time_limit)
+        _positive("lambda_c", self.lambda_c, zero_ok=True)
+        _positive("lambda_s", self.lambda_s, zero_ok=True)
+        _positive("cluster_threshold", self.cluster_threshold, zero_ok=True)
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p: {self.top_p!r} must be in (0, 1]")
+        _choice("cost", self.cost, COSTS)
+        _choice("aggregation", self.aggregation, AGGREGATIONS)
+        _choice("vote", self.vote, VOTES)
+
+
+@dataclass
+class PolicyConfig:
+    """The policy model and how it runs."""
+
+    model: str = "tiny:llama"         # HF path or hub name, or tiny:<arch> (random init, tests)
+    backend: str = "engine"           # engine (prefix-sharing KV cache) | hf (plain generate baseline)
+    device: str = "cpu"
+    dtype: str = "float32"
+    prompt_template: str = "{question}\n"
+    step_delimiter: str = "\n\n"      # a step ends here (kept in the step's tokens)
+    kv_budget_tokens: int = 65536     # engine: KV pool size in tokens
+    max_batch_tokens: int = 8192      # engine: tokens per forward
+
+    def __post_init__(self) -> None:
+        _choice("policy.backend", self.backend, ("engine", "hf"))
+        _choice("policy.dtype", self.dtype, ("float32", "float16", "bfloat16"))
+        if "{question}" not in self.prompt_template:
+            raise ConfigError("policy.prompt_template must contain the placeholder {question}")
+        if not self.step_delimiter:
+            raise ConfigError("policy.step_delimiter must be a non-empty string, e.g. '\\n\\n'")
+        _integer("policy.kv_budget_tokens", self.kv_budget_tokens, 1)
+        _integer("policy.max_batch_tokens", self.max_batch_tokens, 1)
+
+
+@dataclass
+class RewardConfig:
+    """The process reward model: a built-in name or `module:attr`, with its own options."""
+
+    name: str = "step_tag"
+    model: str | None = None          # path for model-based PRMs (None: the policy's model)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataConfig:
+    """Where the problems come from."""
+
+    path: str | None = None           # JSONL file
+    format: str = "auto"              # auto | gsm8k | math500 | fields
+    question_field: str | None = None  # with format=fields
+    answer_field: str | None = None
+    hf_name: str | None = None        # a `datasets` name, for machines with a hub
+    hf_split: str = "test"
+    limit: int | None = None          # first N problems
+
+    def __post_init__(self) -> None:
+        _choice("data.format", self.format, ("auto", "gsm8k", "math500", "fields"))
+        if self.format == "fields" and not (self.question_field and self.answer_field):
+            raise ConfigError("data.format=fields needs data.question_field and data.answer_field")
+        if self.limit is not None:
+            _integer("data.limit", self.limit, 1)
+
+
+@dataclass
+class RunConfig:
+    search: SearchConfig = field(default_factory=SearchConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    output: str = "runs/results.jsonl"
+    concurrency: int = 8              # problems searched at once (one batched call per round)
+
+    def __post_init__(self) -> None:
+        _integer("concurrency", self.concurrency, 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+SECTIONS = {"search": SearchConfig, "policy": PolicyConfig, "reward": RewardConfig, "data": DataConfig}
+TOP_LEVEL = ("output", "concurrency")
+
+
+def _build(cls, values: Mapping[str, Any], section: str | None):
+    known = {f.name for f in fields(cls)}
+    for key in values:
+        if key not in known:
+            where = f"{section}." if section else ""
+            extra = f"; or the ETS names: {', '.join(ETS_KEY_ALIASES)}" if cls is SearchConfig else ""
+            raise ConfigError(f"unknown key {where}{key!r}; known keys: {', '.join(sorted(known))}{extra}")
+    try:
+        return cls(**values)
+    except TypeError as exc:  # e.g. a list where a number was expected
+        raise ConfigError(f"{section or 'config'}: {exc}") from exc
+
+
+def _split(raw: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Sort a flat-or-sectioned mapping into per-section dicts and top-level values."""
+    sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    top: dict[str, Any] = {}
+    search_keys = {f.name for f in fields(SearchConfig)}
+    for key, value in raw.items():
+        if key in SECTIONS:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"section {key!r} must be a mapping of keys to values")
+            sections[key].update(value)
+        elif key in TOP_LEVEL:
+            top[key] = value
+        elif key in ETS_KEY_ALIASES:
+            sections["search"][ETS_KEY_ALIASES[key]] = value
+        elif key in search_keys:
+            sections["search"][key] = value
+        else:
+            raise ConfigError(
+                f"unknown key {key!r}; use a section ({', '.join(SECTIONS)}), a search key "
+                f"({', '.join(sorted(search_keys))}), an ETS key ({', '.join(ETS_KEY_ALIASES)}) "
+                f"or {', '.join(TOP_LEVEL)}"
+            )
+    # ETS aliases are accepted inside the search section too.
+    sections["search"] = {ETS_KEY_ALIASES.get(k, k): v for k, v in sections["search"].items()}
+    return sections, top
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`a.b=value` -> (['a', 'b'], parsed value); values are parsed as YAML scalars."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key=value (e.g. width=32 or policy.model=PATH)")
+    key, _, text = item.partition("=")
+    value = yaml.safe_load(text) if text != "" else ""
+    return key.strip().split("."), value
+
+
+def merge_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    raw = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in raw.items()}
+    for item in overrides:
+        path, value = parse_override(item)
+        if len(path) == 1:
+            raw[path[0]] = value
+        elif len(path) == 2 and path[0] in SECTIONS:
+            raw.setdefault(path[0], {})[path[1]] = value
+        elif len(path) == 3 and path[0] == "reward" and path[1] == "options":
+            raw.setdefault("reward", {}).setdefault("options", {})[path[2]] = value
+        else:
+            raise ConfigError(f"override {item!r}: use key=value or SECTION.key=value with SECTION in {', '.join(SECTIONS)}")
+    return raw
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML config (or none: the defaults) and apply `key=value` overrides."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist; pass --config with a YAML file")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, Mapping):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values")
+        raw = dict(loaded or {})
+        # Relative data / model paths in a config file are relative to the file.
+        _resolve_relative(raw, path.parent)
+    return config_from_dict(merge_overrides(raw, overrides or []))
+
+
+def _resolve_relative(raw: dict[str, Any], base: Path) -> None:
+    for section, key in (("data", "path"), ("policy", "model"), ("reward", "model")):
+        value = raw.get(section, {}).get(key) if isinstance(raw.get(section), Mapping) else None
+        if isinstance(value, str) and value.startswith(("./", "../")):
+            raw[section] = dict(raw[section])
+            raw[section][key] = str((base / value).resolve())
+
+
+def config_from_dict(raw: Mapping[str, Any]) -> RunConfig:
+    sections, top = _split(raw)
+    built = {name: _build(cls, sections[name], name) for name, cls in SECTIONS.items()}
+    return RunConfig(**built, **top)

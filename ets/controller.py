@@ -1,0 +1,181 @@
+"""The search controller: many problems at once, one batched policy call and one batched
+reward call per round (DESIGN.md, "How data flows").
+
+Each active problem holds a `SearchTree`, its completed trajectories, its remaining width
+and the allocation its strategy chose last round. A round:
+  1. gather every active problem's allocation into one list of expansion requests;
+  2. one `policy.expand` call; new children go into their trees;
+  3. one reward call scores every new child (its whole trajectory, newest step last);
+  4. finished children leave the frontier; each problem's strategy allocates the next
+     round, and nodes that will not be expanded again are released to the policy.
+Problems are admitted up to `concurrency` at a time; a finished problem makes room for the
+next and is handed to `on_result` at once, so a caller can write it before the run ends.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from ets.aggregate import choose_answer
+from ets.answers import extract_answer, is_final_step
+from ets.config import SearchConfig
+from ets.data import Problem
+from ets.grading import is_equivalent
+from ets.policy import ExpandRequest, Policy
+from ets.tree import Node, SearchTree, kv_size
+from rewards.base import validate_scores
+from search import Frontier, Strategy, build
+
+
+@dataclass
+class _Active:
+    """The state of one problem's search between rounds."""
+
+    index: int
+    problem: Problem
+    tree: SearchTree
+    strategy_metrics_start: dict[str, float]
+    alloc: dict[int, int]
+    remaining: int
+    completed: list[Node] = field(default_factory=list)
+    depth: int = 0
+    kv_size_steps: list[int] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+
+def search(
+    problems: Iterable[Problem],
+    policy: Policy,
+    reward: Callable,
+    config: SearchConfig,
+    *,
+    strategy: Strategy | None = None,
+    concurrency: int = 8,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+    progress: Any = None,
+) -> list[dict[str, Any]]:
+    """Run `config.method` on every problem; returns one result record per problem, in
+    input order (see ets/results.py for the record's fields).
+
+    `reward` is a `rewards.ProcessRewardModel` or any callable with its `score` signature;
+    its output is validated every round. `progress` is an optional tqdm-like bar updated
+    once per finished problem.
+    """
+    strategy = strategy or build(config)
+    name = getattr(reward, "name", getattr(reward, "__name__", type(reward).__name__))
+    score_fn = getattr(reward, "score", reward)
+    pending = list(enumerate(problems))[::-1]  # pop() from the end = input order
+    active: list[_Active] = []
+    results: dict[int, dict[str, Any]] = {}
+
+    def admit() -> None:
+        while pending and len(active) < concurrency:
+            index, problem = pending.pop()
+            prompt, prompt_ids = policy.format_prompt(problem.question)
+            tree = SearchTree(prompt, prompt_ids)
+            active.append(_Active(index, problem, tree, dict(strategy.metrics), {0: config.width}, config.width))
+
+    admit()
+    while active:
+        requests = [
+            ExpandRequest((a.index, node_id), a.tree.nodes[node_id].path_token_ids(), n)
+            for a in active
+            for node_id, n in a.alloc.items()
+        ]
+        steps = policy.expand(requests)
+        policy.release([r.key for r in requests])  # children lock the paths they extend
+
+        children: dict[int, list[Node]] = {a.index: [] for a in active}
+        by_index = {a.index: a for a in active}
+        for req, req_steps in zip(requests, steps):
+            a = by_index[req.key[0]]
+            parent = a.tree.nodes[req.key[1]]
+            for step in req_steps:
+                terminal = step.finish == "eos" or is_final_step(step.text)
+                child = a.tree.add_child(parent, step.text, step.token_ids, terminal)
+                child.tags["finish"] = step.finish
+                children[a.index].append(child)
+
+        _score_round(active, children, score_fn, name)
+
+        still_active = []
+        for a in active:
+            a.depth += 1
+            if _advance(a, children[a.index], strategy, config, policy):
+                still_active.append(a)
+            else:
+                results[a.index] = _finish(a, strategy, config, policy)
+                if on_result is not None:
+                    on_result(results[a.index])
+                if progress is not None:
+                    progress.update(1)
+        active[:] = still_active
+        admit()
+    return [results[i] for i in sorted(results)]
+
+
+def _score_round(active: list[_Active], children: dict[int, list[Node]], score_fn, name: str) -> None:
+    """One reward call for every new child of every active problem."""
+    with_children = [a for a in active if children[a.index]]
+    if not with_children:
+        return
+    questions = [a.problem.question for a in with_children]
+    trajectories = [[c.step_texts() for c in children[a.index]] for a in with_children]
+    scores = validate_scores(score_fn(questions, trajectories), trajectories, name)
+    for a, per_problem in zip(with_children, scores):
+        for child, step_scores in zip(children[a.index], per_problem):
+            child.score = step_scores[-1]  # the newest step's score drives selection
+
+
+def _advance(a: _Active, new: list[Node], strategy: Strategy, config: SearchConfig, policy: Policy) -> bool:
+    """Move finished children to `completed`, let the strategy allocate; False when done."""
+    candidates = []
+    for child in new:
+        # A trajectory also ends at the token or depth limit (ALGORITHMS.md ends the loop
+        # at max_depth; we keep those trajectories as completed so they can still vote).
+        if child.terminal or child.cum_tokens >= config.max_tokens or child.depth >= config.max_depth:
+            a.completed.append(child)
+            a.remaining -= 1
+        else:
+            candidates.append(child)
+    if candidates:
+        # The paper's KV-size metric: tokens on the union of root-to-candidate paths.
+        a.kv_size_steps.append(kv_size(candidates))
+    a.alloc = {}
+    if a.remaining > 0 and candidates:
+        frontier = Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth + 1)
+        a.alloc = {node_id: n for node_id, n in strategy.select(frontier).items() if n > 0}
+        _check_allocation(a.alloc, candidates, strategy)
+    # Completed and pruned children will never be expanded: their KV may be evicted.
+    policy.release([(a.index, c.id) for c in new if c.id not in a.alloc])
+    return bool(a.alloc)
+
+
+def _check_allocation(alloc: dict[int, int], candidates: list[Node], strategy: Strategy) -> None:
+    allowed = {c.id for c in candidates}
+    stray = set(alloc) - allowed
+    if stray:
+        raise RuntimeError(f"strategy {strategy.name!r} allocated children to non-candidates {sorted(stray)}")
+
+
+def _finish(a: _Active, strategy: Strategy, config: SearchConfig, policy: Policy) -> dict[str, Any]:
+    from ets.results import result_record
+
+    metrics = {k: v - a.strategy_metrics_start.get(k, 0) for k, v in strategy.metrics.items()}
+    answers = [extract_answer("".join(n.step_texts())) for n in a.completed]
+    chosen = choose_answer(answers, [n.step_scores() for n in a.completed], config.aggregation, config.vote)
+    correct = chosen is not None and a.problem.answer is not None and is_equivalent(chosen, a.problem.answer)
+    return result_record(
+        problem=a.problem,
+        tree=a.tree,
+        completed=a.completed,
+        answers=answers,
+        chosen=chosen,
+        correct=correct,
+        kv_size_steps=a.kv_size_steps,
+        wall_time=time.perf_counter() - a.started,
+        config=config,
+        strategy_metrics=metrics,
+    )

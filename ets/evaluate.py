@@ -1,0 +1,47 @@
+"""Accuracy of a results file under a chosen aggregation and vote.
+
+Reads `ets run` output (JSONL) or the ETS public code's `answers.json`, re-chooses each
+problem's answer from its trajectories' answers and step scores, and grades it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ets.aggregate import choose_answer
+from ets.grading import is_equivalent
+from ets.jsonl import read_records
+
+
+class EvalError(ValueError):
+    """A results file cannot be evaluated; the message names the file and the fix."""
+
+
+def load_results(path: str | Path) -> list[dict[str, Any]]:
+    """Records with `ground_truth` and `trajectories` (`answer`, `step_scores`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise EvalError(f"results file {str(path)!r} does not exist; pass the output of `ets run`")
+    if path.suffix == ".json":
+        from ets.ets_public import load_ets_public_results
+
+        return load_ets_public_results(path)
+    try:
+        records = read_records(path)
+    except ValueError as exc:
+        raise EvalError(str(exc)) from exc
+    for i, r in enumerate(records, 1):
+        if "trajectories" not in r or "ground_truth" not in r:
+            raise EvalError(f"{path}: record {i} has no 'trajectories'/'ground_truth'; is this an `ets run` output?")
+    return records
+
+
+def evaluate(records: list[dict[str, Any]], aggregation: str, vote: str) -> dict[str, Any]:
+    correct = 0
+    for r in records:
+        trajs = r["trajectories"]
+        chosen = choose_answer([t["answer"] for t in trajs], [t["step_scores"] for t in trajs], aggregation, vote)
+        correct += bool(chosen is not None and r["ground_truth"] is not None and is_equivalent(chosen, r["ground_truth"]))
+    n = len(records)
+    return {"problems": n, "correct": correct, "accuracy": correct / n if n else 0.0, "aggregation": aggregation, "vote": vote}

@@ -1,0 +1,75 @@
+"""The result record of one searched problem: one JSON line of `ets run`'s output.
+
+Fields (documented for users in the README, "Output format"):
+  id, question, ground_truth        the problem
+  method, width, aggregation, vote  how it was searched and how the answer was chosen
+  answer, correct                   the chosen answer and whether it is equivalent to the truth
+  trajectories                      every completed trajectory: steps, step_scores, answer,
+                                    tokens, finish (answer | eos | max_tokens | max_depth)
+  generated_tokens                  tokens the policy generated for this problem (all nodes)
+  kv_size, kv_size_steps            the paper's KV-size metric (prompt counted), summed over
+                                    selection steps, and per step
+  num_nodes, depth                  size of the search tree
+  wall_time                         seconds from admission to finish (problems run concurrently)
+  strategy_metrics                  counters from the strategy (e.g. ETS solver fallbacks)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ets.config import SearchConfig
+from ets.data import Problem
+from ets.tree import Node, SearchTree
+
+
+def _finish_reason(node: Node, config: SearchConfig) -> str:
+    if node.terminal:
+        return "answer" if node.tags.get("finish") != "eos" else "eos"
+    if node.cum_tokens >= config.max_tokens:
+        return "max_tokens"
+    return "max_depth"
+
+
+def result_record(
+    *,
+    problem: Problem,
+    tree: SearchTree,
+    completed: list[Node],
+    answers: list[str | None],
+    chosen: str | None,
+    correct: bool,
+    kv_size_steps: list[int],
+    wall_time: float,
+    config: SearchConfig,
+    strategy_metrics: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "id": problem.id,
+        "question": problem.question,
+        "ground_truth": problem.answer,
+        "method": config.method,
+        "width": config.width,
+        "aggregation": config.aggregation,
+        "vote": config.vote,
+        "answer": chosen,
+        "correct": bool(correct),
+        "trajectories": [
+            {
+                "steps": node.step_texts(),
+                "step_scores": node.step_scores(),
+                "answer": answer,
+                "tokens": node.cum_tokens,
+                "finish": _finish_reason(node, config),
+            }
+            for node, answer in zip(completed, answers)
+        ],
+        "generated_tokens": sum(n.num_tokens for n in tree.nodes[1:]),
+        "prompt_tokens": tree.root.num_tokens,
+        "kv_size": sum(kv_size_steps),
+        "kv_size_steps": kv_size_steps,
+        "num_nodes": len(tree.nodes),
+        "depth": max(n.depth for n in tree.nodes),
+        "wall_time": round(wall_time, 4),
+        "strategy_metrics": strategy_metrics,
+    }

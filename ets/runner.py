@@ -1,0 +1,94 @@
+"""One run of `ets run`: problems from the config, searched, written as they finish.
+
+    summary = run(load_config("configs/tiny.yaml", ["width=8"]))
+
+The output JSONL is resumable (ets/jsonl.py): problems already in it are skipped, and the
+summary (accuracy, throughput, KV figures) is written next to it as `<name>.summary.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ets.config import RunConfig
+from ets.controller import search
+from ets.data import load_problems
+from ets.jsonl import ResultsWriter, read_records
+from ets.policy import Policy
+
+
+def build_policy(config: RunConfig) -> Policy:
+    """The policy backend the config names: the engine, or the plain-transformers baseline."""
+    if config.policy.backend == "hf":
+        from ets.hf_policy import HFPolicy
+
+        return HFPolicy.from_config(config.policy, config.search)
+    from ets.engine.policy import EnginePolicy
+
+    return EnginePolicy.from_config(config.policy, config.search)
+
+
+def build_reward_for(config: RunConfig, policy: Policy):
+    from rewards import build_reward
+
+    return build_reward(config.reward, config.policy)
+
+
+def summary_path(output: str | Path) -> Path:
+    output = Path(output)
+    return output.with_name(output.stem + ".summary.json")
+
+
+def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None = None, reward=None) -> dict[str, Any]:
+    problems = load_problems(config.data)
+    with ResultsWriter(config.output) as writer:
+        todo = [p for p in problems if p.id not in writer.done_ids]
+        start = time.perf_counter()
+        new_records: list[dict[str, Any]] = []
+        if todo:
+            policy = policy or build_policy(config)
+            reward = reward or build_reward_for(config, policy)
+            bar = _progress(len(problems), len(problems) - len(todo), config.search.method, show_progress)
+
+            def on_result(record: dict[str, Any]) -> None:
+                writer.write(record)
+                new_records.append(record)
+
+            search(todo, policy, reward, config.search, concurrency=config.concurrency, on_result=on_result, progress=bar)
+            if bar is not None:
+                bar.close()
+        elapsed = time.perf_counter() - start
+    summary = summarize(read_records(config.output), new_records, elapsed, policy)
+    summary_path(config.output).write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], elapsed: float, policy) -> dict[str, Any]:
+    """Accuracy over every record in the file; throughput over the records made now."""
+    n = len(records)
+    new_tokens = sum(r["generated_tokens"] for r in new_records)
+    out = {
+        "problems": n,
+        "accuracy": sum(r["correct"] for r in records) / n if n else 0.0,
+        "kv_size_sum": sum(r["kv_size"] for r in records),
+        "kv_size_per_problem": sum(r["kv_size"] for r in records) / n if n else 0.0,
+        "generated_tokens": sum(r["generated_tokens"] for r in records),
+        "new_problems": len(new_records),
+        "wall_time": round(elapsed, 3),
+        "problems_per_s": len(new_records) / elapsed if elapsed > 0 and new_records else 0.0,
+        "tokens_per_s": new_tokens / elapsed if elapsed > 0 and new_records else 0.0,
+    }
+    if policy is not None and new_records:
+        out["policy_stats"] = policy.stats()
+    return out
+
+
+def _progress(total: int, done: int, label: str, show: bool):
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, desc=label, unit="problem")

@@ -1,0 +1,68 @@
+"""Cutting generated tokens into one reasoning step; shared by every policy backend.
+
+A step ends at the first of: the step delimiter (kept, so the path can be continued as-is),
+EOS (dropped), or `max_step_tokens` (cut). Policies generate token by token; this module
+decides where the step ends and what it is called, so backends agree exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ets.policy import Step
+
+
+def format_prompt(tokenizer, template: str, question: str) -> tuple[str, list[int]]:
+    """The root of a search: the templated question and its tokens (BOS added when the
+    tokenizer adds one: the policy sees what it saw in training)."""
+    text = template.format(question=question)
+    return text, list(tokenizer(text)["input_ids"])
+
+
+class StepCutter:
+    """Decides, for one tokenizer and delimiter, where a generated step ends."""
+
+    def __init__(self, tokenizer, delimiter: str, max_step_tokens: int):
+        self.tokenizer = tokenizer
+        self.delimiter = delimiter
+        self.max_step_tokens = max_step_tokens
+        self.eos_ids = _eos_ids(tokenizer)
+        self._window = 4 * len(delimiter) + 4
+
+    def finished(self, new_tokens: Sequence[int]) -> bool:
+        """True once `new_tokens` form a complete step (checked after every token)."""
+        if not new_tokens:
+            return False
+        return (
+            new_tokens[-1] in self.eos_ids
+            or len(new_tokens) >= self.max_step_tokens
+            or self.ends_at_delimiter(new_tokens)
+        )
+
+    def ends_at_delimiter(self, tokens: Sequence[int]) -> bool:
+        """Whether the delimiter appears in the text of the last few tokens. Called after
+        each token, so the first appearance stops the step; a window of 4 tokens per
+        delimiter character covers byte-level tokenizers without decoding the whole step."""
+        tail = self.tokenizer.decode(list(tokens[-self._window :]), skip_special_tokens=False)
+        return self.delimiter in tail
+
+    def cut(self, new_tokens: Sequence[int]) -> Step:
+        """The step made of the first tokens of `new_tokens`, with why it ended."""
+        tokens: list[int] = []
+        for tok in new_tokens[: self.max_step_tokens]:
+            if tok in self.eos_ids:
+                return Step(self._decode(tokens), tokens, "eos")
+            tokens.append(tok)
+            if self.ends_at_delimiter(tokens):
+                return Step(self._decode(tokens), tokens, "stop")
+        return Step(self._decode(tokens), tokens, "length")
+
+    def _decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+def _eos_ids(tokenizer) -> set[int]:
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is None:
+        return set()
+    return set(eos) if isinstance(eos, (list, tuple)) else {eos}

@@ -1,0 +1,84 @@
+"""What every selection strategy sees and returns, and the registry that names them.
+
+A strategy is a pure function of the frontier: it never sees a model. After each
+expansion the controller hands it a `Frontier` and receives an allocation
+`{node id: number of children}` over the candidates (a missing id means 0 children,
+i.e. the candidate is pruned).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from ets.config import METHOD_ALIASES, SearchConfig
+from ets.tree import Node, SearchTree
+
+Allocation = dict[int, int]
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """One selection step of one problem.
+
+    `candidates` are the non-terminal children made by the last expansion, in creation
+    order (all at depth `depth`; the first selection happens at depth 1, after the root
+    was expanded). `completed` holds every trajectory finished so far, in order.
+    `remaining` is the width still to spend: W minus the number of completed.
+    """
+
+    tree: SearchTree
+    candidates: list[Node]
+    completed: list[Node]
+    remaining: int
+    width: int
+    depth: int
+
+    def scores(self) -> list[float]:
+        return [float(c.score) for c in self.candidates]
+
+
+class Strategy(ABC):
+    """Subclasses implement `select`. `metrics` counts events a run should report
+    (e.g. ETS solver fallbacks); the controller reads it after each call."""
+
+    name: str = ""
+
+    def __init__(self, config: SearchConfig):
+        self.config = config
+        self.metrics: Counter[str] = Counter()
+
+    @abstractmethod
+    def select(self, frontier: Frontier) -> Allocation:
+        """{candidate id: children}; sums to at most `frontier.remaining` unless the
+        method's definition says otherwise (beam rounds up, see ALGORITHMS.md)."""
+
+
+_REGISTRY: dict[str, type[Strategy]] = {}
+
+
+def register(name: str) -> Callable[[type[Strategy]], type[Strategy]]:
+    def deco(cls: type[Strategy]) -> type[Strategy]:
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+    return deco
+
+
+def available() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def canonical_name(name: str) -> str:
+    name = METHOD_ALIASES.get(name, name)
+    if name not in _REGISTRY:
+        aliases = ", ".join(f"{a} -> {b}" for a, b in METHOD_ALIASES.items())
+        raise KeyError(f"unknown search strategy {name!r}; known: {', '.join(available())} (aliases: {aliases})")
+    return name
+
+
+def build(config: SearchConfig, name: str | None = None) -> Strategy:
+    """The strategy named `name` (default: `config.method`), configured by `config`."""
+    return _REGISTRY[canonical_name(name or config.method)](config)

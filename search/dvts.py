@@ -1,0 +1,93 @@
+"""DVTS (diverse verifier tree search): S independent greedy subtrees.
+
+S = fixed_width if set else ceil(sqrt(W)). At depth 1 the W children of the root (in
+creation order, completed ones included) are split into S contiguous groups, the first
+`W mod S` groups one longer, as the ETS public code splits them; each group is a subtree
+with its own width W // S, led by its best child. From then on each subtree keeps only its
+single best child per parent and gives it the subtree's remaining width: W // S minus the
+trajectories completed inside that subtree.
+
+A node's subtree is the label of its depth-1 ancestor (`tags["subtree"]`); a kept node
+carries its subtree's initial width in `tags["subtree_width"]`, inherited by its children.
+
+When the root has fewer than S children (only possible with fixed_width > W), groups are
+cycled over the children as in the public code; a child leading several subtrees gets the
+sum of their widths, and its descendants are counted in the first of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from ets.tree import Node
+from search.base import Allocation, Frontier, Strategy, register
+
+SUBTREE = "subtree"
+SUBTREE_WIDTH = "subtree_width"
+
+
+def contiguous_groups(n_items: int, n_groups: int) -> list[list[int]]:
+    """Indices 0..n_items-1 in n_groups contiguous runs, the first (n mod g) one longer;
+    cycled when there are fewer items than groups."""
+    if n_items < n_groups:
+        return [[g % n_items] for g in range(n_groups)]
+    size, extra = divmod(n_items, n_groups)
+    groups, start = [], 0
+    for g in range(n_groups):
+        end = start + size + (1 if g < extra else 0)
+        groups.append(list(range(start, end)))
+        start = end
+    return groups
+
+
+def subtree_of(node: Node):
+    """The subtree label of `node`: the one given to its depth-1 ancestor."""
+    while node.depth > 1:
+        node = node.parent
+    return node.tags.get(SUBTREE)
+
+
+@register("dvts")
+class DVTS(Strategy):
+    def select(self, frontier: Frontier) -> Allocation:
+        n_subtrees = self.config.fixed_width or math.ceil(math.sqrt(frontier.width))
+        if frontier.depth == 1:
+            leaders = self._split_root(frontier, n_subtrees, frontier.width // n_subtrees)
+        else:
+            leaders = self._best_per_parent(frontier)
+        done = Counter(subtree_of(n) for n in frontier.completed)
+        alloc: Allocation = {}
+        for c in leaders:
+            width = c.tags[SUBTREE_WIDTH] - done[subtree_of(c)]
+            if width > 0:
+                alloc[c.id] = width
+        return alloc
+
+    @staticmethod
+    def _split_root(frontier: Frontier, n_subtrees: int, per_subtree: int) -> list[Node]:
+        children = frontier.tree.root.children
+        alive_ids = {c.id for c in frontier.candidates}
+        led: Counter[int] = Counter()
+        leaders: dict[int, Node] = {}
+        for g, members in enumerate(contiguous_groups(len(children), n_subtrees)):
+            for i in members:
+                children[i].tags.setdefault(SUBTREE, g)
+            alive = [children[i] for i in members if children[i].id in alive_ids]
+            if alive:  # otherwise every member completed and this subtree is done
+                leader = max(alive, key=lambda c: c.score)  # first best on ties
+                led[leader.id] += 1
+                leaders[leader.id] = leader
+        for node_id, leader in leaders.items():
+            leader.tags[SUBTREE_WIDTH] = per_subtree * led[node_id]
+        return list(leaders.values())
+
+    @staticmethod
+    def _best_per_parent(frontier: Frontier) -> list[Node]:
+        best: dict[int, Node] = {}
+        for c in frontier.candidates:
+            c.tags[SUBTREE_WIDTH] = c.parent.tags[SUBTREE_WIDTH]
+            cur = best.get(c.parent.id)
+            if cur is None or c.score > cur.score:
+                best[c.parent.id] = c
+        return list(best.values())

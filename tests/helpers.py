@@ -1,0 +1,41 @@
+"""Small builders shared by the tests (trees with chosen scores, no models)."""
+
+from __future__ import annotations
+
+from ets.config import SearchConfig
+from ets.tree import Node, SearchTree
+from search import Frontier
+
+
+def tree_with_children(scores: list[float], prompt_tokens: int = 5, step_tokens: int = 3) -> SearchTree:
+    """A root with one child per score, each child `step_tokens` long."""
+    tree = SearchTree("Q", list(range(prompt_tokens)))
+    for i, s in enumerate(scores):
+        child = tree.add_child(tree.root, f"step {i}", [100 + i] * step_tokens)
+        child.score = s
+    return tree
+
+
+def add_children(tree: SearchTree, parent: Node, scores: list[float], step_tokens: int = 3) -> list[Node]:
+    out = []
+    for s in scores:
+        child = tree.add_child(parent, f"step {len(tree)}", [7] * step_tokens)
+        child.score = s
+        out.append(child)
+    return out
+
+
+def frontier(tree: SearchTree, candidates: list[Node], width: int, completed: list[Node] | None = None, depth: int | None = None) -> Frontier:
+    completed = completed or []
+    return Frontier(
+        tree=tree,
+        candidates=candidates,
+        completed=completed,
+        remaining=width - len(completed),
+        width=width,
+        depth=depth if depth is not None else candidates[0].depth,
+    )
+
+
+def config(**kw) -> SearchConfig:
+    return SearchConfig(**kw)

@@ -1,0 +1,59 @@
+import pytest
+
+from ets.config import ConfigError, RunConfig, SearchConfig, config_from_dict, load_config
+
+
+def test_defaults_follow_public_code():
+    c = SearchConfig()
+    assert (c.width, c.softmax_temperature, c.max_step_tokens, c.max_tokens, c.max_depth) == (16, 0.2, 256, 1024, 25)
+
+
+def test_ets_public_keys_are_accepted(tmp_path):
+    path = tmp_path / "hp.yaml"
+    path.write_text(
+        "width: 64\ntemperature: 1.0\nmax_step_tokens: 256\nmax_tokens: 1024\n"
+        "select_method: softmax_costmodel\nsoftmax_temperature: 0.2\nlambdac: 1.0\nlambdas: 1.4\nfixedwidth: -1\n"
+    )
+    c = load_config(path)
+    assert c.search.method == "ets" and c.search.width == 64
+    assert c.search.lambda_s == 1.4 and c.search.fixed_width is None
+    assert load_config(path, ["select_method=beam_search"]).search.method == "beam"
+    assert load_config(path, ["select_method=softmax", "fixedwidth=4"]).search.fixed_width == 4
+
+
+def test_overrides_reach_every_section(tmp_path):
+    c = load_config(None, ["width=8", "policy.backend=hf", "data.limit=3", "reward.options.tag=' ки'", "concurrency=2"])
+    assert isinstance(c, RunConfig)
+    assert (c.search.width, c.policy.backend, c.data.limit, c.concurrency) == (8, "hf", 3, 2)
+    assert c.reward.options == {"tag": " ки"}
+
+
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        ({"select_method": "foo"}, ["method", "'foo'", "best_of_n", "ets"]),
+        ({"widht": 3}, ["'widht'", "width"]),
+        ({"width": 0}, ["width", ">= 1"]),
+        ({"search": {"vote": "all"}}, ["vote", "weighted", "majority"]),
+        ({"policy": {"backend": "vllm"}}, ["policy.backend", "engine", "hf"]),
+        ({"policy": {"nope": 1}}, ["policy.'nope'", "model"]),
+        ({"data": {"format": "fields"}}, ["question_field"]),
+        ({"search": {"cost": "bytes"}}, ["cost", "uniform", "tokens"]),
+    ],
+)
+def test_bad_values_name_the_key_and_the_allowed(raw, words):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(raw)
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("width: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(None, ["width"])
