@@ -178,6 +178,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     output: str = "runs/results.jsonl"
     concurrency: int = 8              # problems searched at once (one batched call per round)
+    save_trees: bool = False          # add each whole search tree to its result line
 
     def __post_init__(self) -> None:
         _integer("concurrency", self.concurrency, 1)
@@ -187,7 +188,7 @@ class RunConfig:
 
 
 SECTIONS = {"search": SearchConfig, "policy": PolicyConfig, "reward": RewardConfig, "data": DataConfig}
-TOP_LEVEL = ("output", "concurrency")
+TOP_LEVEL = ("output", "concurrency", "save_trees")
 
 
 def _build(cls, values: Mapping[str, Any], section: str | None):

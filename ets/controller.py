@@ -55,13 +55,14 @@ def search(
     concurrency: int = 8,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     progress: Any = None,
+    save_trees: bool = False,
 ) -> list[dict[str, Any]]:
     """Run `config.method` on every problem; returns one result record per problem, in
     input order (see ets/results.py for the record's fields).
 
     `reward` is a `rewards.ProcessRewardModel` or any callable with its `score` signature;
     its output is validated every round. `progress` is an optional tqdm-like bar updated
-    once per finished problem.
+    once per finished problem. `save_trees` adds each whole search tree to its record.
     """
     strategy = strategy or build(config)
     name = getattr(reward, "name", getattr(reward, "__name__", type(reward).__name__))
@@ -106,7 +107,7 @@ def search(
             if _advance(a, children[a.index], strategy, config, policy):
                 still_active.append(a)
             else:
-                results[a.index] = _finish(a, strategy, config, policy)
+                results[a.index] = _finish(a, strategy, config, save_trees)
                 if on_result is not None:
                     on_result(results[a.index])
                 if progress is not None:
@@ -145,7 +146,7 @@ def _advance(a: _Active, new: list[Node], strategy: Strategy, config: SearchConf
         a.kv_size_steps.append(kv_size(candidates))
     a.alloc = {}
     if a.remaining > 0 and candidates:
-        frontier = Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth + 1)
+        frontier = Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth)
         a.alloc = {node_id: n for node_id, n in strategy.select(frontier).items() if n > 0}
         _check_allocation(a.alloc, candidates, strategy)
     # Completed and pruned children will never be expanded: their KV may be evicted.
@@ -160,7 +161,7 @@ def _check_allocation(alloc: dict[int, int], candidates: list[Node], strategy: S
         raise RuntimeError(f"strategy {strategy.name!r} allocated children to non-candidates {sorted(stray)}")
 
 
-def _finish(a: _Active, strategy: Strategy, config: SearchConfig, policy: Policy) -> dict[str, Any]:
+def _finish(a: _Active, strategy: Strategy, config: SearchConfig, save_trees: bool) -> dict[str, Any]:
     from ets.results import result_record
 
     metrics = {k: v - a.strategy_metrics_start.get(k, 0) for k, v in strategy.metrics.items()}
@@ -178,4 +179,5 @@ def _finish(a: _Active, strategy: Strategy, config: SearchConfig, policy: Policy
         wall_time=time.perf_counter() - a.started,
         config=config,
         strategy_metrics=metrics,
+        save_tree=save_trees,
     )

@@ -12,6 +12,7 @@ Fields (documented for users in the README, "Output format"):
   num_nodes, depth                  size of the search tree
   wall_time                         seconds from admission to finish (problems run concurrently)
   strategy_metrics                  counters from the strategy (e.g. ETS solver fallbacks)
+  tree                              the whole search tree (only with save_trees: true)
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def result_record(
     wall_time: float,
     config: SearchConfig,
     strategy_metrics: dict[str, Any],
+    save_tree: bool = False,
 ) -> dict[str, Any]:
-    return {
+    record = {
         "id": problem.id,
         "question": problem.question,
         "ground_truth": problem.answer,
@@ -73,3 +75,6 @@ def result_record(
         "wall_time": round(wall_time, 4),
         "strategy_metrics": strategy_metrics,
     }
+    if save_tree:
+        record["tree"] = tree.to_dict()
+    return record

@@ -57,7 +57,10 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
                 writer.write(record)
                 new_records.append(record)
 
-            search(todo, policy, reward, config.search, concurrency=config.concurrency, on_result=on_result, progress=bar)
+            search(
+                todo, policy, reward, config.search,
+                concurrency=config.concurrency, on_result=on_result, progress=bar, save_trees=config.save_trees,
+            )
             if bar is not None:
                 bar.close()
         elapsed = time.perf_counter() - start

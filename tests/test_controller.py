@@ -1,0 +1,122 @@
+"""The search loop end to end on a tiny random policy (plain transformers backend)."""
+
+import zlib
+
+import pytest
+
+from ets.config import PolicyConfig, SearchConfig
+from ets.controller import search
+from ets.data import Problem
+from ets.hf_policy import HFPolicy
+from ets.tree import kv_size
+
+PROBLEMS = [Problem(str(i), f"What is {i} + {i}?", str(2 * i), {}) for i in range(3)]
+
+
+def text_score(questions, trajectories):
+    """A deterministic reward: a hash of the newest step text, in [0, 1]."""
+    return [[[zlib.crc32(s.encode()) % 1000 / 999 for s in traj] for traj in per_q] for per_q in trajectories]
+
+
+class CountingReward:
+    """Counts calls and how many questions each call carried."""
+
+    name = "counting"
+
+    def __init__(self):
+        self.calls = []
+
+    def score(self, questions, trajectories):
+        self.calls.append(len(questions))
+        return text_score(questions, trajectories)
+
+
+@pytest.fixture(scope="module")
+def policy():
+    search_cfg = SearchConfig(max_step_tokens=4, max_depth=3, max_tokens=100)
+    return HFPolicy.from_config(PolicyConfig(model="tiny:llama", step_delimiter="\n"), search_cfg)
+
+
+@pytest.mark.parametrize("method", ["best_of_n", "beam", "dvts", "rebase"])
+def test_every_strategy_completes_width_trajectories(policy, method):
+    cfg = SearchConfig(method=method, width=4, max_step_tokens=4, max_depth=3, max_tokens=100)
+    reward = CountingReward()
+    calls_before = policy.stats()["expand_calls"]
+    records = search(PROBLEMS, policy, reward, cfg, concurrency=3, save_trees=True)
+
+    assert [r["id"] for r in records] == ["0", "1", "2"]
+    rounds = max(r["depth"] for r in records)
+    # One batched policy call and one batched reward call per round, for all problems.
+    assert policy.stats()["expand_calls"] - calls_before == rounds
+    assert len(reward.calls) == rounds and reward.calls[0] == 3
+    for r in records:
+        # Random tiny models rarely emit an answer, so trajectories end at max_depth: each
+        # of the W units of width ends in exactly one completed trajectory.
+        assert len(r["trajectories"]) == 4
+        for t in r["trajectories"]:
+            assert len(t["steps"]) == len(t["step_scores"]) == 3
+            assert all(0 <= s <= 1 for s in t["step_scores"])
+        nodes = r["tree"]["nodes"]
+        assert r["generated_tokens"] == sum(n["num_tokens"] for n in nodes[1:])
+        assert len(r["kv_size_steps"]) == 2 and r["kv_size"] == sum(r["kv_size_steps"])
+
+
+def test_kv_size_steps_match_the_tree(policy):
+    cfg = SearchConfig(method="beam", width=4, max_step_tokens=4, max_depth=3, max_tokens=100)
+    record = search(PROBLEMS[:1], policy, text_score, cfg, save_trees=True)[0]
+    nodes = record["tree"]["nodes"]
+    from ets.tree import SearchTree
+
+    tree = SearchTree("", [0] * record["prompt_tokens"])
+    for n in nodes[1:]:
+        tree.add_child(tree.nodes[n["parent"]], n["text"], [0] * n["num_tokens"])
+    tree.check()
+    # Candidates of each selection step = the non-terminal nodes at that depth.
+    expected = [kv_size([n for n in tree.nodes if n.depth == d]) for d in (1, 2)]
+    assert record["kv_size_steps"] == expected
+    # Beam keeps ceil(sqrt(4)) = 2 beams: depth 2 holds 2 x 2 children.
+    assert sum(1 for n in nodes if n["depth"] == 2) == 4
+    assert len({n["parent"] for n in nodes if n["depth"] == 2}) == 2
+
+
+def test_bad_reward_is_named(policy):
+    from rewards.base import RewardError
+
+    def nan_reward(questions, trajectories):
+        return [[[float("nan")] * len(t) for t in per_q] for per_q in trajectories]
+
+    cfg = SearchConfig(method="rebase", width=2, max_step_tokens=4, max_depth=2)
+    with pytest.raises(RewardError, match="nan_reward"):
+        search(PROBLEMS[:1], policy, nan_reward, cfg)
+
+
+def test_terminal_steps_complete_early(policy):
+    """A reward-independent check of the terminal rule: a step with a final-answer marker
+    completes its trajectory, and its answer is extracted and graded."""
+    from ets.policy import Step
+
+    class Scripted:
+        tokenizer = policy.tokenizer
+
+        def __init__(self):
+            self.round = 0
+
+        def format_prompt(self, q):
+            return q, [1, 2, 3]
+
+        def expand(self, requests):
+            self.round += 1
+            text = "The answer is: 4\n" if self.round == 2 else "2 + 2 = 4\n"
+            return [[Step(text, [5, 6], "stop") for _ in range(r.n)] for r in requests]
+
+        def release(self, keys):
+            pass
+
+        def stats(self):
+            return {}
+
+    cfg = SearchConfig(method="rebase", width=3, max_depth=10)
+    record = search([Problem("p", "What is 2 + 2?", "4", {})], Scripted(), text_score, cfg)[0]
+    assert record["depth"] == 2 and len(record["trajectories"]) == 3
+    assert record["answer"] == "4" and record["correct"] is True
+    assert all(t["finish"] == "answer" for t in record["trajectories"])
