@@ -1,0 +1,116 @@
+"""Final answers: find the answer a trajectory commits to, in the text it wrote.
+
+Three conventions are recognised, because policies are trained on one of them:
+
+    \\boxed{...}                      MATH / Qwen-Math / search-and-learn (braces balanced)
+    The answer is: X                  Math-Shepherd / the ETS public code's policies
+    The final answer is X             Minerva ("... is $X$. I hope it is correct.")
+    #### X                            GSM8K reference solutions
+
+Precedence: if any `\\boxed{}` is complete, the last one wins (a solution may box
+intermediate results; the last box is the one it ends on). Otherwise the last phrase or
+`####` marker in the text wins. No marker, or a marker with nothing after it: None.
+
+Extraction returns the answer *as written* (LaTeX kept); `ets.grading` decides equality.
+"""
+
+from __future__ import annotations
+
+import re
+
+# `\boxed` and `\fbox` both appear in MATH solutions.
+_BOX = re.compile(r"\\(?:boxed|fbox)\s*")
+# "The answer is", "The final answer is", "Therefore, the final answer is", optional colon.
+_PHRASE = re.compile(r"(?:final\s+)?answer\s+is\s*:?", re.IGNORECASE)
+# GSM8K's "#### 18", but not a Markdown heading "#### Step 2": a number or LaTeX must follow.
+_HASHES = re.compile(r"(?<!#)####(?!#)(?=[ \t]*[-+$\\\d.(])")
+STEP_TAG = "ки"
+# Markers that make a step final even if what follows is cut off (see `is_final_step`).
+_ANY_MARKER = re.compile(rf"\\(?:boxed|fbox)\b|(?:final\s+)?answer\s+is\b|{_HASHES.pattern}", re.IGNORECASE)
+
+
+def _balanced(text: str, start: int) -> str | None:
+    """Content of the brace group opening at text[start] == '{', or None if unclosed."""
+    depth = 0
+    i = start
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":          # `\{`, `\}` (and `\\`) are escapes, not groups: skip the pair
+            i += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : i]
+        i += 1
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last complete `\\boxed{...}` (or `\\boxed 5`), else None."""
+    found = None
+    for m in _BOX.finditer(text):
+        end = m.end()
+        if end < len(text) and text[end] == "{":
+            content = _balanced(text, end)
+        else:                     # `\boxed 5`: the argument is the next token
+            token = re.match(r"[^\s$.,;]+", text[end:])
+            content = token.group(0) if token else None
+        if content is not None and content.strip():
+            found = content.strip()
+    return found
+
+
+def _phrase_value(rest: str) -> str | None:
+    """The value after 'The answer is': a `$...$` span, or the line up to a sentence end."""
+    # Math-Shepherd-style policies end each step with the PRM's step tag "ки".
+    line = rest.split("\n", 1)[0].replace(STEP_TAG, " ").strip()
+    if line.startswith("$"):
+        close = line.find("$", 1)
+        if close > 1:
+            return line[1:close].strip() or None
+    # Cut at the sentence end ("5. I hope..."), but not inside a decimal such as 3.5.
+    value = re.split(r"\.(?:\s|$)", line, maxsplit=1)[0]
+    value = value.strip().rstrip(".").strip()
+    return value or None
+
+
+def extract_answer(text: str | None) -> str | None:
+    """The final answer written in `text`, as a string, or None if there is none."""
+    if not text:
+        return None
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
+    candidates: list[tuple[int, str]] = []
+    for m in _PHRASE.finditer(text):
+        value = _phrase_value(text[m.end():])
+        if value is not None:
+            candidates.append((m.start(), value))
+    for m in _HASHES.finditer(text):
+        value = text[m.end():].split("\n", 1)[0].replace(STEP_TAG, " ").strip()
+        if value:
+            candidates.append((m.start(), value))
+    return max(candidates)[1] if candidates else None
+
+
+def is_final_step(step_text: str) -> bool:
+    """Whether this step writes a final-answer marker: the search treats it as terminal.
+
+    A marker is enough (even if the step was cut before the answer was complete): a
+    trajectory that has started its final answer has nothing left to reason about.
+    """
+    return bool(step_text) and _ANY_MARKER.search(step_text) is not None
+
+
+def gsm8k_ground_truth(solution: str) -> str | None:
+    """The number after `####` in a GSM8K reference solution (thousands commas dropped)."""
+    m = None
+    for m in _HASHES.finditer(solution or ""):
+        pass
+    if m is None:
+        return None
+    value = solution[m.end():].split("\n", 1)[0].strip().replace(",", "")
+    return value or None

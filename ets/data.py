@@ -1,0 +1,184 @@
+"""Problems: load a benchmark into `Problem`s, from a JSONL file or a Hugging Face dataset.
+
+Layouts understood (`DataConfig.format`):
+
+    gsm8k    {"question": ..., "answer": "<worked solution> #### 42"}  -> ground truth "42"
+    math500  {"problem": ..., "solution": ..., "answer": "\\frac{1}{2}", "unique_id": ...}
+             (full MATH, without `answer`: the last \\boxed{} of `solution`)
+    fields   any records; `question_field` and `answer_field` name the two fields
+    auto     gsm8k or math500, told apart by the first record's keys
+
+Every error a user can cause is a `DataError` whose one-line message names the file, the
+line and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, NamedTuple
+
+from ets.answers import gsm8k_ground_truth, last_boxed
+from ets.config import DataConfig
+
+
+class DataError(ValueError):
+    """The problems could not be loaded; the message names the file, the line and the fix."""
+
+
+class Problem(NamedTuple):
+    id: str
+    question: str
+    answer: str | None          # the ground truth, ready for `ets.grading.is_equivalent`;
+                                # None only for ad-hoc questions (`as_problem`) with no truth
+    raw: dict[str, Any]         # the record as read, for anything a caller needs beyond these
+
+
+def as_problem(item: Problem | str | dict[str, Any], index: int) -> Problem:
+    """A `Problem` from what a Python caller of `ets.search` may pass: a Problem, a bare
+    question string (no ground truth), or a dict with `question` (or `problem`) and,
+    optionally, `answer` and `id`."""
+    if isinstance(item, Problem):
+        return item
+    if isinstance(item, str):
+        return Problem(id=str(index), question=item, answer=None, raw={"question": item})
+    if isinstance(item, dict):
+        question = item.get("question", item.get("problem"))
+        if isinstance(question, str) and question.strip():
+            answer = item.get("answer")
+            return Problem(id=str(item.get("id", item.get("unique_id", index))), question=question,
+                           answer=None if answer is None else str(answer), raw=item)
+    raise DataError(f"problem {index}: expected a Problem, a question string or a dict with a 'question' "
+                    f"string, got {type(item).__name__} {str(item)[:60]!r}")
+
+
+def detect_format(record: dict[str, Any]) -> str | None:
+    """gsm8k or math500 from a record's keys; None if it looks like neither."""
+    if "problem" in record and ("answer" in record or "solution" in record):
+        return "math500"
+    if "question" in record and "answer" in record:
+        return "gsm8k"
+    return None
+
+
+def _fields(data: DataConfig, fmt: str) -> tuple[str, str]:
+    if fmt == "gsm8k":
+        return "question", "answer"
+    if fmt == "math500":
+        return "problem", "answer"
+    return data.question_field, data.answer_field  # fields: DataConfig checked both are set
+
+
+def _to_problem(record: Any, index: int, fmt: str, data: DataConfig, where: str) -> Problem:
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: a record must be a JSON object, got {type(record).__name__}; write one object per line")
+    raw = record
+    q_key, a_key = _fields(data, fmt)
+    if fmt == "math500" and a_key not in record and isinstance(record.get("solution"), str):
+        # Full MATH has no `answer` field: its ground truth is the solution's last box.
+        record = {**record, a_key: last_boxed(record["solution"])}
+    missing = [k for k in (q_key, a_key) if k not in record]
+    if missing:
+        hint = ("set data.format=fields with data.question_field and data.answer_field"
+                if data.format != "fields" else "fix data.question_field / data.answer_field")
+        raise DataError(
+            f"{where}: record has no field {', '.join(map(repr, missing))} (format {fmt}; its keys: "
+            f"{', '.join(sorted(record)) or 'none'}); {hint}"
+        )
+    question, answer = record[q_key], record[a_key]
+    if fmt == "gsm8k":
+        solution = str(answer)
+        answer = gsm8k_ground_truth(solution)
+        if answer is None:
+            raise DataError(f"{where}: GSM8K answer has no '#### <number>' line; fix the record or use data.format=fields")
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(f"{where}: field {q_key!r} must be a non-empty string")
+    if answer is None or (isinstance(answer, str) and not answer.strip()):
+        raise DataError(f"{where}: field {a_key!r} is empty; every problem needs a ground-truth answer")
+    pid = record.get("unique_id", record.get("id", index))
+    return Problem(id=str(pid), question=question, answer=str(answer).strip(), raw=raw)
+
+
+def _read_jsonl(path: Path, limit: int | None) -> Iterable[tuple[int, Any]]:
+    """(line number, parsed record) for each non-blank line, stopping after `limit`."""
+    count = 0
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(
+                    f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                    "the file must hold one JSON object per line (JSONL)"
+                ) from None
+            yield lineno, record
+            count += 1
+            if limit is not None and count >= limit:
+                return
+
+
+def load_jsonl(data: DataConfig) -> list[Problem]:
+    path = Path(data.path)
+    if not path.is_file():
+        raise DataError(f"data file {str(path)!r} does not exist; set data.path to a JSONL file")
+    try:
+        problems: list[Problem] = []
+        fmt = data.format
+        for lineno, record in _read_jsonl(path, data.limit):
+            where = f"{path}:{lineno}"
+            if fmt == "auto":
+                fmt = detect_format(record) if isinstance(record, dict) else None
+                if fmt is None:
+                    keys = ", ".join(sorted(record)) if isinstance(record, dict) else type(record).__name__
+                    raise DataError(
+                        f"{where}: cannot tell the layout from the keys ({keys}); expected GSM8K "
+                        "(question, answer) or MATH500 (problem, answer), or set data.format=fields "
+                        "with data.question_field and data.answer_field"
+                    )
+            problems.append(_to_problem(record, len(problems), fmt, data, where))
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text ({exc.reason}); save the file as UTF-8 JSONL") from None
+    if not problems:
+        raise DataError(f"data file {str(path)!r} is empty; it needs one JSON object per line")
+    return problems
+
+
+def load_hub(data: DataConfig) -> list[Problem]:
+    """A Hugging Face `datasets` name, for machines that can reach a hub (or its cache)."""
+    try:
+        import datasets  # optional: only hub users need it
+    except ImportError:
+        raise DataError(
+            f"data.hf_name={data.hf_name!r} needs the `datasets` package; install it with "
+            "`pip install ets[hub]`, or set data.path to a local JSONL file"
+        ) from None
+    try:
+        rows = datasets.load_dataset(data.hf_name, split=data.hf_split)
+    except Exception as exc:  # noqa: BLE001 - network, auth and name errors all land here
+        raise DataError(f"cannot load dataset {data.hf_name!r} split {data.hf_split!r}: {exc}") from None
+    problems: list[Problem] = []
+    fmt = data.format
+    for index, record in enumerate(rows):
+        if data.limit is not None and index >= data.limit:
+            break
+        where = f"{data.hf_name}[{data.hf_split}] row {index}"
+        if fmt == "auto":
+            fmt = detect_format(record)
+            if fmt is None:
+                raise DataError(f"{where}: cannot tell the layout from the keys; set data.format=fields "
+                                "with data.question_field and data.answer_field")
+        problems.append(_to_problem(dict(record), index, fmt, data, where))
+    if not problems:
+        raise DataError(f"dataset {data.hf_name!r} split {data.hf_split!r} is empty")
+    return problems
+
+
+def load_problems(data: DataConfig) -> list[Problem]:
+    """The problems `data` names: from `data.path` (JSONL) if set, else from `data.hf_name`."""
+    if data.path:
+        return load_jsonl(data)
+    if data.hf_name:
+        return load_hub(data)
+    raise DataError("no problems configured; set data.path to a JSONL file (or data.hf_name to a hub dataset)")

@@ -1,0 +1,188 @@
+"""Mathematical equivalence of two answers, judged by math-verify.
+
+We do not write a grader: math-verify (Hugging Face) parses LaTeX into sympy and compares
+values, sets, intervals, equations and matrices. Around it we only normalise what it is
+known to trip on, each rule documented in `normalize`:
+
+    "$18$", "\\$18"          -> dollar signs dropped
+    "25\\%", "25%"           -> a trailing percent sign dropped (the usual MATH convention;
+                               math-verify alone gets "50\\%"=="50" but not "2.5\\%"=="2.5")
+    "18 eggs", "\\text{18 dollars}" -> plain unit words after a number dropped
+                               (math-verify reads "18 eggs" as the product 18*E*g*g*s)
+    "Evelyn", "\\text{Evelyn}" -> a word answer (letters only, some word of 4+ letters) is
+                               compared as text, case-insensitively: math-verify would read
+                               a bare word as a product of symbols, so anagrams would match
+
+Thousands separators ("70,000", "10,\\!000"), `\\text{ cm}` units, `^\\circ`, `\\dfrac`,
+`x = 5` against `5` and unordered sets are math-verify's own normalisation.
+
+Robustness: `is_equivalent` never raises; garbage is simply not equal. Results are cached.
+
+Timeouts: math-verify bounds each parse and comparison with SIGALRM, which only the main
+thread may set. On the main thread we use that (5 s). Off the main thread (a threaded
+evaluator, a server) math-verify would refuse, so the comparison runs in one helper
+process (spawned once, lazily) on *its* main thread, with our own wall-clock limit as a
+backstop: a comparison that hangs there is killed and judged unequal. Spawning means a
+script that grades off the main thread must guard its entry point with
+`if __name__ == "__main__":`, as all multiprocessing code must.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import multiprocessing
+import re
+import threading
+
+logger = logging.getLogger(__name__)
+
+TIMEOUT_S = 5                 # math-verify's own limit per parse / comparison
+WORKER_TIMEOUT_S = 20         # backstop for one off-main-thread comparison (2 parses + verify)
+STARTUP_TIMEOUT_S = 120       # for the helper process to start and import math-verify
+MAX_CHARS = 1000              # longer "answers" are compared as strings, never parsed
+
+_NUMBER = r"[-+]?(?:\d[\d,]*)?\.?\d+"
+# A number followed by plain words: "18 eggs", "5 square feet". "pi" is a constant, not a unit.
+_NUMBER_WORDS = re.compile(rf"^({_NUMBER})\s+((?:[A-Za-z]{{2,}}\.?\s*)+)$")
+_TEXT_WRAP = re.compile(r"^\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}$")
+_WORDS = re.compile(r"^[A-Za-z]+(?:\s+[A-Za-z]+)*$")
+
+
+def _as_words(s: str) -> str | None:
+    """`s` as lower-case text if it is a word answer ("Evelyn", "\\text{Monday}"), else None."""
+    wrapped = _TEXT_WRAP.match(s)
+    inner = wrapped.group(1).strip() if wrapped else s
+    if _WORDS.match(inner) and any(len(w) >= 4 for w in inner.split()):
+        return " ".join(inner.lower().split())
+    return None
+
+
+def normalize(answer: str) -> str:
+    """The light clean-up applied to both sides before math-verify sees them."""
+    s = answer.strip()
+    s = s.replace("\\$", "").replace("$", "").strip()
+    if s.startswith("\\(") and s.endswith("\\)"):
+        s = s[2:-2].strip()
+    wrapped = _TEXT_WRAP.match(s)
+    # Unwrap \text{...} only around a number ("\text{18 dollars}"): unwrapping words would
+    # let math-verify read them as products of symbols, so anagrams would compare equal.
+    if wrapped and re.match(_NUMBER, wrapped.group(1).strip()):
+        s = wrapped.group(1).strip()
+    s = re.sub(r"\\?%$", "", s).strip()
+    words = _NUMBER_WORDS.match(s)
+    if words and words.group(2).strip().lower() != "pi":
+        s = words.group(1)
+    return s
+
+
+@functools.lru_cache(maxsize=65536)
+def _parse(text: str, timeout: int | None):
+    """math-verify's parse, cached: a vote compares each answer with many others."""
+    from math_verify import parse
+
+    # Wrapping in \boxed{} tells math-verify where the answer is, so a bare "3, 5" or
+    # "x = 2" is read whole rather than searched for the first number in it.
+    return parse("\\boxed{" + text + "}", parsing_timeout=timeout)
+
+
+def _verify_strings(gold: str, pred: str, timeout: int | None) -> bool:
+    """math-verify on two normalised strings. Runs in this process or in the worker."""
+    from math_verify import verify
+
+    try:
+        g, p = _parse(gold, timeout), _parse(pred, timeout)
+        if not g or not p:
+            return False
+        return bool(verify(g, p, timeout_seconds=timeout))
+    except Exception:  # noqa: BLE001 - a grader must never crash an evaluation
+        return False
+
+
+def _warm_up() -> bool:
+    import math_verify  # noqa: F401 - the import is most of a fresh worker's start-up time
+
+    return True
+
+
+class _Unsettled(Exception):
+    """A comparison that was cut off: judged unequal, but not cached (a retry may settle it)."""
+
+
+class _Worker:
+    """One spawned process that runs math-verify on its own main thread (see module doc)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool = None
+
+    def _started(self):
+        with self._lock:
+            if self._pool is None:
+                pool = multiprocessing.get_context("spawn").Pool(1)
+                try:
+                    # Start-up (a Python and sympy import) must not count against a comparison.
+                    pool.apply_async(_warm_up).get(STARTUP_TIMEOUT_S)
+                except BaseException:
+                    pool.terminate()
+                    raise
+                self._pool = pool
+            return self._pool
+
+    def verify(self, gold: str, pred: str) -> bool:
+        try:
+            pool = self._started()
+            return pool.apply_async(_verify_strings, (gold, pred, TIMEOUT_S)).get(WORKER_TIMEOUT_S)
+        except multiprocessing.TimeoutError:
+            logger.warning("grading %r vs %r took over %ss; judged unequal", pred, gold, WORKER_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a dead worker is recreated on the next call
+            logger.warning("grading worker failed (%s); judged unequal", exc)
+        self.close()
+        raise _Unsettled
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.terminate()
+                self._pool = None
+
+
+_worker = _Worker()
+atexit.register(_worker.close)
+
+
+def is_equivalent(predicted: str | None, ground_truth: str | None) -> bool:
+    """Whether `predicted` is mathematically equal to `ground_truth`. Never raises."""
+    if not isinstance(predicted, str) or not isinstance(ground_truth, str):
+        return False  # None (no answer) and non-strings are never equal to anything
+    try:
+        return _is_equivalent(predicted, ground_truth)
+    except _Unsettled:
+        return False
+
+
+@functools.lru_cache(maxsize=65536)
+def _is_equivalent(predicted: str, ground_truth: str) -> bool:
+    pred, gold = normalize(predicted), normalize(ground_truth)
+    if not pred or not gold:
+        return False
+    if pred == gold:
+        return True
+    words = _as_words(pred), _as_words(gold)
+    if words != (None, None):
+        return words[0] == words[1]
+    if len(pred) > MAX_CHARS or len(gold) > MAX_CHARS:
+        return " ".join(pred.split()) == " ".join(gold.split())
+    if threading.current_thread() is threading.main_thread():
+        return _verify_strings(gold, pred, TIMEOUT_S)
+    return _worker.verify(gold, pred)
+
+
+def answers_match(a: str | None, b: str | None) -> bool:
+    """Symmetric equivalence for grouping votes: either side may play the ground truth."""
+    if a is None or b is None:
+        return False
+    if b < a:               # one cache entry per unordered pair
+        a, b = b, a
+    return is_equivalent(a, b) or is_equivalent(b, a)

@@ -1,0 +1,72 @@
+"""Final-answer extraction and the terminal-step test, on hand-written texts."""
+
+import pytest
+
+from ets.answers import extract_answer, gsm8k_ground_truth, is_final_step, last_boxed
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # \boxed: braces balanced, the last one wins, \fbox and `\boxed 5` too
+        ("so $x = \\boxed{\\frac{1}{2}}$.", "\\frac{1}{2}"),
+        ("first \\boxed{3}, then \\boxed{4}", "4"),
+        ("\\boxed{\\left\\{1, 2\\right\\}}", "\\left\\{1, 2\\right\\}"),
+        ("\\boxed{a^{2}+b_{1}}", "a^{2}+b_{1}"),
+        ("\\fbox{7}", "7"),
+        ("$\\boxed 5$", "5"),
+        # a box wins over a phrase, wherever the phrase is
+        ("The answer is 3. Wait, it is \\boxed{4}", "4"),
+        ("\\boxed{4}\nThe answer is: 3", "4"),
+        # phrases: colon or not, $...$ value, sentence end cut, decimals kept
+        ("Step 3: so 2+2=4. The answer is: 4", "4"),
+        ("The answer is 18", "18"),
+        ("The answer is: 3.5.", "3.5"),
+        ("Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.", "\\frac{3}{4}"),
+        ("Therefore, the final answer is: 70,000. I hope it is correct.", "70,000"),
+        ("the answer is 2\nthe answer is 5", "5"),
+        # Math-Shepherd step tags are not part of the answer
+        ("Step 2: The answer is: 4 ки", "4"),
+        # GSM8K
+        ("She makes 9 * 2 = $18.\n#### 18", "18"),
+        ("#### 1,000", "1,000"),
+        ("#### Step 1: add\n3 + 4 = 7\n#### 7", "7"),     # a Markdown heading is not a marker
+    ],
+)
+def test_extract(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [None, "", "no marker here, just 42", "\\boxed{unclosed", "\\boxed{}", "The answer is:", "####   "],
+)
+def test_extract_none(text):
+    assert extract_answer(text) is None
+
+
+def test_last_boxed_skips_an_unclosed_last_box():
+    # a step cut at max_step_tokens leaves an open box: the complete one before it counts
+    assert last_boxed("\\boxed{2} and \\boxed{3") == "2"
+
+
+@pytest.mark.parametrize(
+    "step, final",
+    [
+        ("So the total is \\boxed{12}.", True),
+        ("The answer is: 12", True),
+        ("Therefore, the final answer is $\\boxed{", True),   # cut mid-answer: still final
+        ("#### 12", True),
+        ("Step 2: 3 + 4 = 7", False),
+        ("#### Step 2: add them", False),
+        ("The answers are different for each case", False),
+        ("", False),
+    ],
+)
+def test_is_final_step(step, final):
+    assert is_final_step(step) is final
+
+
+def test_gsm8k_ground_truth_drops_thousands_commas():
+    assert gsm8k_ground_truth("... = 70,000\n#### 70,000") == "70000"
+    assert gsm8k_ground_truth("no marker") is None

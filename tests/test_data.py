@@ -1,0 +1,144 @@
+"""Loading problems: the layouts, and one error per kind of bad input."""
+
+import builtins
+import json
+
+import pytest
+
+from ets.config import DataConfig
+from ets.data import DataError, Problem, as_problem, load_problems
+
+GSM = {"question": "Janet has 3 eggs and buys 2. How many?", "answer": "3 + 2 = 5\n#### 5"}
+MATH = {"problem": "What is $1/2$?", "solution": "It is $\\boxed{\\frac12}$.", "answer": "\\frac12",
+        "unique_id": "test/algebra/1.json"}
+
+
+def write(tmp_path, lines, name="p.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join((l if isinstance(l, str) else json.dumps(l)) + "\n" for l in lines))
+    return str(path)
+
+
+def test_gsm8k_layout_detected(tmp_path):
+    big = {"question": "q", "answer": "... = 70,000\n#### 70,000"}
+    problems = load_problems(DataConfig(path=write(tmp_path, [GSM, big])))
+    assert problems[0] == Problem(id="0", question=GSM["question"], answer="5", raw=GSM)
+    assert problems[1].answer == "70000" and problems[1].id == "1"
+
+
+def test_math500_layout_detected(tmp_path):
+    (p,) = load_problems(DataConfig(path=write(tmp_path, [MATH])))
+    assert (p.id, p.question, p.answer) == ("test/algebra/1.json", MATH["problem"], "\\frac12")
+
+
+def test_full_math_without_answer_field_uses_the_last_box(tmp_path):
+    record = {"problem": "q", "solution": "first \\boxed{1}, finally \\boxed{2}"}
+    assert load_problems(DataConfig(path=write(tmp_path, [record])))[0].answer == "2"
+
+
+def test_field_mapping(tmp_path):
+    record = {"prompt": "2+2?", "target": 4, "id": "x1"}
+    cfg = DataConfig(path=write(tmp_path, [record]), format="fields", question_field="prompt", answer_field="target")
+    (p,) = load_problems(cfg)
+    assert (p.id, p.question, p.answer) == ("x1", "2+2?", "4")
+
+
+def test_limit_and_blank_lines(tmp_path):
+    path = write(tmp_path, [GSM, "", GSM, GSM])
+    assert len(load_problems(DataConfig(path=path, limit=2))) == 2
+    assert len(load_problems(DataConfig(path=path))) == 3
+
+
+def test_forced_format_overrides_detection(tmp_path):
+    # a MATH-like record read as GSM8K needs `question`: the error names it and the fix
+    with pytest.raises(DataError, match=r"p\.jsonl:1: record has no field 'question'.*data\.format=fields"):
+        load_problems(DataConfig(path=write(tmp_path, [MATH]), format="gsm8k"))
+
+
+# ---- bad input: one-line errors naming the file, the line and the fix ----
+
+def one_line(exc_info):
+    assert "\n" not in str(exc_info.value)
+    return str(exc_info.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DataError) as e:
+        load_problems(DataConfig(path=str(tmp_path / "nope.jsonl")))
+    assert "nope.jsonl" in one_line(e) and "does not exist" in str(e.value) and "data.path" in str(e.value)
+
+
+def test_empty_file(tmp_path):
+    with pytest.raises(DataError) as e:
+        load_problems(DataConfig(path=write(tmp_path, ["", "  "])))
+    assert "is empty" in one_line(e)
+
+
+def test_line_not_json(tmp_path):
+    with pytest.raises(DataError) as e:
+        load_problems(DataConfig(path=write(tmp_path, [GSM, "{not json"])))
+    assert "p.jsonl:2: not valid JSON" in one_line(e) and "one JSON object per line" in str(e.value)
+
+
+def test_record_not_an_object(tmp_path):
+    with pytest.raises(DataError, match=r"p\.jsonl:1: .*JSON object"):
+        load_problems(DataConfig(path=write(tmp_path, ["[1, 2]"]), format="gsm8k"))
+
+
+def test_unknown_layout(tmp_path):
+    with pytest.raises(DataError) as e:
+        load_problems(DataConfig(path=write(tmp_path, [{"prompt": "q", "target": "1"}])))
+    assert "p.jsonl:1: cannot tell the layout" in one_line(e) and "data.format=fields" in str(e.value)
+
+
+def test_record_missing_field_later_in_the_file(tmp_path):
+    with pytest.raises(DataError) as e:
+        load_problems(DataConfig(path=write(tmp_path, [GSM, {"question": "q"}])))
+    assert "p.jsonl:2: record has no field 'answer'" in one_line(e)
+
+
+def test_gsm8k_answer_without_marker(tmp_path):
+    with pytest.raises(DataError, match=r"p\.jsonl:1: .*'#### <number>'"):
+        load_problems(DataConfig(path=write(tmp_path, [{"question": "q", "answer": "5"}])))
+
+
+def test_empty_question_or_answer(tmp_path):
+    with pytest.raises(DataError, match=r"p\.jsonl:1: field 'problem' must be a non-empty string"):
+        load_problems(DataConfig(path=write(tmp_path, [{**MATH, "problem": " "}])))
+    with pytest.raises(DataError, match=r"p\.jsonl:1: field 'answer' is empty"):
+        load_problems(DataConfig(path=write(tmp_path, [{**MATH, "answer": ""}])))
+
+
+def test_not_utf8(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'{"question": "\xff\xfe", "answer": "#### 1"}\n')
+    with pytest.raises(DataError, match="not UTF-8"):
+        load_problems(DataConfig(path=str(path)))
+
+
+def test_nothing_configured():
+    with pytest.raises(DataError, match="set data.path"):
+        load_problems(DataConfig())
+
+
+def test_hub_without_datasets_names_the_extra(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_datasets(name, *args, **kwargs):
+        if name == "datasets":
+            raise ImportError("No module named 'datasets'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_datasets)
+    with pytest.raises(DataError, match=r"pip install ets\[hub\]"):
+        load_problems(DataConfig(hf_name="openai/gsm8k"))
+
+
+def test_as_problem_for_python_callers():
+    p = Problem("a", "q", "1", {})
+    assert as_problem(p, 0) is p
+    assert as_problem("What is 2+2?", 3) == Problem("3", "What is 2+2?", None, {"question": "What is 2+2?"})
+    assert as_problem({"question": "q", "answer": 4, "id": 9}, 0)[:3] == ("9", "q", "4")
+    assert as_problem(MATH, 0)[:3] == ("test/algebra/1.json", MATH["problem"], "\\frac12")
+    with pytest.raises(DataError, match="problem 2: expected a Problem"):
+        as_problem({"prompt": "q"}, 2)
