@@ -7,5 +7,6 @@
 
 from search.base import Allocation, Frontier, Strategy, available, build, canonical_name, register
 from search import best_of_n, beam, dvts, rebase  # noqa: F401  (registration)
+from search import ets  # noqa: F401
 
 __all__ = ["Allocation", "Frontier", "Strategy", "available", "build", "canonical_name", "register"]

@@ -1,0 +1,28 @@
+"""The ETS integer program (HiGHS via scipy) and the semantic clustering it uses.
+
+    from lp import solve_selection
+    kept, objective, status = solve_selection(parents, leaves, weights, costs, clusters,
+                                              lambda_c=1.0, lambda_s=1.5)
+
+program.py builds the sparse program, solve.py solves it (time limit, fallback,
+tie-break), clustering.py embeds and clusters step texts. See ALGORITHMS.md, ETS.
+"""
+
+from lp.clustering import StepClusterer, cluster_embeddings, load_embedder
+from lp.program import Layout, Program, build_program, tree_layout
+from lp.solve import DEFAULT_TIME_LIMIT, FALLBACK_STATUSES, Selection, solve_program, solve_selection
+
+__all__ = [
+    "DEFAULT_TIME_LIMIT",
+    "FALLBACK_STATUSES",
+    "Layout",
+    "Program",
+    "Selection",
+    "StepClusterer",
+    "build_program",
+    "cluster_embeddings",
+    "load_embedder",
+    "solve_program",
+    "solve_selection",
+    "tree_layout",
+]

@@ -1,0 +1,113 @@
+"""ETS (Hooper et al., arXiv 2502.13575): prune the frontier with an integer program that
+trades outcome weight against KV cost and semantic coverage, then spend the width with
+REBASE over the leaves it kept. ALGORITHMS.md, "ETS", is the specification:
+
+1. O_i = REBASE allocation counts / their sum (search.rebase.allocate).
+2. Clusters of the candidates' newest step texts, only when lambda_s > 0, N > 1 and the
+   texts are not all identical (lp.clustering; model loaded once per strategy, lazily).
+3. Costs per node: 'uniform' 1/(M+N), or 'tokens' = node tokens / tokens of all M+N nodes
+   (root prompt included). Solve (lp.solve_selection), under `lp_time_limit`.
+4. REBASE again over the kept leaves (pruned leaves score -inf), handing out all of
+   `remaining`.
+
+Beyond the paper: `kv_budget` caps the tokens of the kept nodes; `lp_relax` solves the
+LP relaxation and rounds. When the solver fails or hits its time limit the REBASE
+allocation is kept (with a budget: its best leaves that fit), counted in
+`metrics["lp_fallback"]` and logged.
+
+metrics: lp_solves, lp_seconds (build + solve), cluster_seconds, lp_fallback,
+lp_budget_infeasible, lp_kept, lp_pruned.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from ets.tree import Node
+from lp import FALLBACK_STATUSES, StepClusterer, solve_selection
+from search.base import Allocation, Frontier, Strategy, register
+from search.rebase import allocate
+
+log = logging.getLogger(__name__)
+
+
+def frontier_arrays(candidates: list[Node]) -> tuple[list[int], list[int], list[Node]]:
+    """Compact parent array over the candidates (0..N-1) and their distinct ancestors.
+
+    Returns (parents, leaves, nodes): `nodes[v]` is the tree node of local index v.
+    """
+    local = {c.id: i for i, c in enumerate(candidates)}
+    nodes = list(candidates)
+    parents = [-1] * len(candidates)
+    for i, cand in enumerate(candidates):
+        child, node = i, cand.parent
+        while node is not None:
+            seen = node.id in local
+            if not seen:
+                local[node.id] = len(nodes)
+                nodes.append(node)
+                parents.append(-1)
+            parents[child] = local[node.id]
+            if seen:
+                break
+            child, node = local[node.id], node.parent
+    return parents, list(range(len(candidates))), nodes
+
+
+@register("ets")
+class ETS(Strategy):
+    def __init__(self, config):
+        super().__init__(config)
+        self._clusterer: StepClusterer | None = None
+
+    @property
+    def clusterer(self) -> StepClusterer:
+        if self._clusterer is None:
+            self._clusterer = StepClusterer(self.config.embedder, self.config.cluster_threshold)
+        return self._clusterer
+
+    def select(self, frontier: Frontier) -> Allocation:
+        cfg = self.config
+        cands, remaining = frontier.candidates, frontier.remaining
+        scores = frontier.scores()
+        counts = allocate(scores, remaining, cfg.softmax_temperature)
+        if len(cands) > 1 and remaining > 0:
+            kept = self._prune(cands, counts)
+            pruned = [s if k else -np.inf for s, k in zip(scores, kept)]
+            counts = allocate(pruned, remaining, cfg.softmax_temperature)
+        return {c.id: k for c, k in zip(cands, counts) if k > 0}
+
+    def _prune(self, cands: list[Node], counts: list[int]) -> np.ndarray:
+        cfg = self.config
+        weights = np.asarray(counts, dtype=np.float64) / sum(counts)
+        parents, leaves, nodes = frontier_arrays(cands)
+        tokens = np.asarray([n.num_tokens for n in nodes], dtype=np.float64)
+        if cfg.cost == "tokens" and tokens.sum() > 0:
+            costs = tokens / tokens.sum()
+        else:   # 'uniform' (and 'tokens' with no tokens at all, where the ratio is undefined)
+            costs = np.full(len(nodes), 1.0 / len(nodes))
+        clusters = None
+        texts = [c.text for c in cands]
+        if cfg.lambda_s > 0 and len(set(texts)) > 1:
+            t0 = time.perf_counter()
+            clusters = self.clusterer.cluster(texts)
+            self.metrics["cluster_seconds"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        kept, _, status = solve_selection(
+            parents, leaves, weights, costs, clusters, cfg.lambda_c, cfg.lambda_s,
+            budget=cfg.kv_budget, token_counts=tokens, relax=cfg.lp_relax, time_limit=cfg.lp_time_limit,
+        )
+        self.metrics["lp_seconds"] += time.perf_counter() - t0
+        self.metrics["lp_solves"] += 1
+        if status in FALLBACK_STATUSES:
+            self.metrics["lp_fallback"] += 1
+            log.warning("ETS solver %s on %d candidates: keeping the REBASE allocation", status, len(cands))
+        elif status == "budget_infeasible":
+            self.metrics["lp_budget_infeasible"] += 1
+            log.warning("kv_budget=%s is below every candidate's path: keeping the cheapest one", cfg.kv_budget)
+        self.metrics["lp_kept"] += int(kept.sum())
+        self.metrics["lp_pruned"] += int((~kept).sum())
+        return kept

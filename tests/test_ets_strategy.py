@@ -1,0 +1,118 @@
+"""The ETS strategy on real search trees: its limits, the budget, fallbacks, the embedder."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ets.config import SearchConfig
+from ets.tree import SearchTree, kv_size
+from search import Frontier, build
+from search.ets import frontier_arrays
+from search.rebase import allocate
+
+STEPS = [
+    "We add 3 and 4 to get 7.",
+    "Adding 3 and 4 gives 7.",
+    "The area is pi r^2.",
+    "Let x be the unknown.",
+    "So the answer is 12.",
+    "Multiply both sides by 2.",
+]
+
+
+def simulate(strategy, width: int, rounds: int, seed: int, check=None) -> SearchTree:
+    """A search loop with random scores, texts and 20-60 token steps; `check(frontier, alloc)`
+    sees every selection."""
+    rng = np.random.default_rng(seed)
+    tree = SearchTree("Q: what is 3 + 4?", list(range(30)))
+    alloc, remaining = {0: width}, width
+    for depth in range(rounds):
+        candidates = []
+        for node_id, k in alloc.items():
+            for _ in range(k):
+                text = STEPS[rng.integers(len(STEPS))]
+                child = tree.add_child(tree.nodes[node_id], text, [1] * int(rng.integers(20, 61)))
+                child.score = float(rng.random())
+                if rng.random() < 0.1:
+                    child.terminal = True
+                    remaining -= 1
+                else:
+                    candidates.append(child)
+        if remaining <= 0 or not candidates:
+            break
+        frontier = Frontier(tree, candidates, [], remaining, width, depth + 1)
+        alloc = strategy.select(frontier)
+        assert sum(alloc.values()) == remaining
+        assert set(alloc) <= {c.id for c in candidates}
+        if check:
+            check(frontier, alloc)
+    tree.check()
+    return tree
+
+
+def rebase_of(frontier: Frontier, temperature: float) -> dict[int, int]:
+    counts = allocate(frontier.scores(), frontier.remaining, temperature)
+    return {c.id: k for c, k in zip(frontier.candidates, counts) if k > 0}
+
+
+def assert_equal(a, b):
+    assert a == b
+
+
+def test_alias_builds_ets():
+    assert build(SearchConfig(method="softmax_costmodel")).name == "ets"
+
+
+def test_frontier_arrays_are_the_candidates_and_their_ancestors():
+    tree = simulate(build(SearchConfig(method="rebase", width=8)), 8, 3, seed=0)
+    leaves = [n for n in tree.nodes if n.depth == 3 and not n.terminal] or [tree.nodes[-1]]
+    parents, local_leaves, nodes = frontier_arrays(leaves)
+    assert local_leaves == list(range(len(leaves))) and nodes[: len(leaves)] == leaves
+    assert len({n.id for n in nodes}) == len(nodes)
+    for v, p in enumerate(parents):
+        assert (p == -1) == (nodes[v].parent is None)
+        if p >= 0:
+            assert nodes[p] is nodes[v].parent
+
+
+@pytest.mark.parametrize("cost", ["uniform", "tokens"])
+def test_no_cost_no_coverage_is_rebase(cost):
+    cfg = SearchConfig(method="ets", width=16, lambda_c=0.0, lambda_s=0.0, cost=cost)
+    ets = build(cfg)
+    simulate(ets, 16, 6, seed=1, check=lambda f, a: assert_equal(a, rebase_of(f, cfg.softmax_temperature)))
+    assert ets.metrics["lp_solves"] > 0 and ets.metrics["lp_fallback"] == 0 and ets.metrics["lp_pruned"] == 0
+
+
+def test_huge_cost_keeps_one_leaf():
+    ets = build(SearchConfig(method="ets", width=16, lambda_c=1e6, lambda_s=0.0))
+    simulate(ets, 16, 5, seed=2, check=lambda f, a: assert_equal(len(a), 1))
+
+
+def test_kv_budget_caps_the_kept_paths():
+    budget = 400
+    ets = build(SearchConfig(method="ets", width=32, lambda_c=0.0, lambda_s=0.0, kv_budget=budget))
+
+    def check(frontier, alloc):
+        assert kv_size([frontier.tree.nodes[i] for i in alloc]) <= budget
+
+    simulate(ets, 32, 6, seed=3, check=check)
+    assert ets.metrics["lp_pruned"] > 0 and ets.metrics["lp_budget_infeasible"] == 0
+
+
+def test_time_limit_fallback_is_counted_and_keeps_rebase():
+    cfg = SearchConfig(method="ets", width=64, lambda_c=1.0, lambda_s=0.0, lp_time_limit=1e-9)
+    ets = build(cfg)
+    simulate(ets, 64, 4, seed=4, check=lambda f, a: assert_equal(a, rebase_of(f, cfg.softmax_temperature)))
+    assert ets.metrics["lp_fallback"] == ets.metrics["lp_solves"] > 0
+
+
+def test_paper_settings_with_real_embedder_load_once():
+    ets = build(SearchConfig(method="ets", width=16, lambda_c=1.0, lambda_s=1.5))
+    simulate(ets, 16, 6, seed=5)
+    model = ets.clusterer._model
+    assert model is not None and ets.metrics["cluster_seconds"] > 0
+    simulate(ets, 16, 6, seed=6)
+    assert ets.clusterer._model is model           # loaded once per strategy
+    assert ets.clusterer.encoded <= len(STEPS)     # each distinct text embedded once
+    assert ets.metrics["lp_fallback"] == 0 and ets.metrics["lp_pruned"] > 0
