@@ -1,7 +1,8 @@
-"""The `ets` command: run, eval (and demo, sweep as they land).
+"""The `ets` command.
 
-    ets run --config FILE [key=value ...]     search a dataset, one JSON line per problem
-    ets eval FILE --agg last --vote weighted  accuracy of a results file
+    ets demo [--width 16 --problems 50 --out DIR]  every method on the embedded default
+    ets run --config FILE [key=value ...]           search a dataset, one JSON line per problem
+    ets eval FILE --agg last --vote weighted        accuracy of a results file
 
 Every error a user can cause (bad config, data, model path, reward) ends as one line
 `ets: error: ...` and exit code 2; nothing already written is lost or corrupted.
@@ -13,7 +14,7 @@ import argparse
 import json
 import sys
 
-from ets.config import AGGREGATIONS, VOTES
+from ets.config import AGGREGATIONS, VOTES, ConfigError
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -44,9 +45,43 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    import time
+
+    from ets.demo.command import run_demo
+    from ets.report import markdown_table
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    _check_methods(methods)
+    if args.width < 1 or args.problems < 1:
+        raise ConfigError("--width and --problems must be >= 1")
+    start = time.perf_counter()
+    rows = run_demo(args.width, args.problems, args.out, methods, args.backend, show_progress=not args.quiet)
+    print()
+    print(markdown_table(rows))
+    print(f"\nresults, table.md/.csv and methods.png in {args.out}/ ({time.perf_counter() - start:.0f}s)")
+    return 0
+
+
+def _check_methods(methods: list[str]) -> None:
+    import search
+
+    for m in methods:
+        search.canonical_name(m)  # KeyError listing the known names
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ets", description="Tree-search test-time compute (best-of-N, beam, DVTS, REBASE, ETS).")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", help="every method on the bundled demo models and task; prints one table")
+    p.add_argument("--width", type=int, default=16, help="search width W (default 16)")
+    p.add_argument("--problems", type=int, default=50, help="demo test problems to search (default 50)")
+    p.add_argument("--out", default="ets-demo", help="output folder (default ./ets-demo); rerun to resume")
+    p.add_argument("--methods", default="best_of_n,beam,dvts,rebase,ets", help="comma-separated methods")
+    p.add_argument("--backend", default="engine", choices=("engine", "hf"), help="policy backend (default engine)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_demo)
 
     p = sub.add_parser("run", help="search every problem of a dataset; resumable JSONL output")
     p.add_argument("--config", required=True, help="YAML config (see configs/)")

@@ -15,6 +15,7 @@ next and is handed to `on_result` at once, so a caller can write it before the r
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -36,11 +37,11 @@ class _Active:
     index: int
     problem: Problem
     tree: SearchTree
-    strategy_metrics_start: dict[str, float]
     alloc: dict[int, int]
     remaining: int
     completed: list[Node] = field(default_factory=list)
     depth: int = 0
+    strategy_metrics: Counter = field(default_factory=Counter)
     kv_size_steps: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
 
@@ -76,7 +77,7 @@ def search(
             index, problem = pending.pop()
             prompt, prompt_ids = policy.format_prompt(problem.question)
             tree = SearchTree(prompt, prompt_ids)
-            active.append(_Active(index, problem, tree, dict(strategy.metrics), {0: config.width}, config.width))
+            active.append(_Active(index, problem, tree, {0: config.width}, config.width))
 
     admit()
     while active:
@@ -107,7 +108,7 @@ def search(
             if _advance(a, children[a.index], strategy, config, policy):
                 still_active.append(a)
             else:
-                results[a.index] = _finish(a, strategy, config, save_trees)
+                results[a.index] = _finish(a, config, save_trees)
                 if on_result is not None:
                     on_result(results[a.index])
                 if progress is not None:
@@ -147,7 +148,10 @@ def _advance(a: _Active, new: list[Node], strategy: Strategy, config: SearchConf
     a.alloc = {}
     if a.remaining > 0 and candidates:
         frontier = Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth)
+        before = Counter(strategy.metrics)
         a.alloc = {node_id: n for node_id, n in strategy.select(frontier).items() if n > 0}
+        # Attribute the strategy's counters to this problem (problems run interleaved).
+        a.strategy_metrics.update(Counter(strategy.metrics) - before)
         _check_allocation(a.alloc, candidates, strategy)
     # Completed and pruned children will never be expanded: their KV may be evicted.
     policy.release([(a.index, c.id) for c in new if c.id not in a.alloc])
@@ -161,10 +165,9 @@ def _check_allocation(alloc: dict[int, int], candidates: list[Node], strategy: S
         raise RuntimeError(f"strategy {strategy.name!r} allocated children to non-candidates {sorted(stray)}")
 
 
-def _finish(a: _Active, strategy: Strategy, config: SearchConfig, save_trees: bool) -> dict[str, Any]:
+def _finish(a: _Active, config: SearchConfig, save_trees: bool) -> dict[str, Any]:
     from ets.results import result_record
 
-    metrics = {k: v - a.strategy_metrics_start.get(k, 0) for k, v in strategy.metrics.items()}
     answers = [extract_answer("".join(n.step_texts())) for n in a.completed]
     chosen = choose_answer(answers, [n.step_scores() for n in a.completed], config.aggregation, config.vote)
     correct = chosen is not None and a.problem.answer is not None and is_equivalent(chosen, a.problem.answer)
@@ -178,6 +181,6 @@ def _finish(a: _Active, strategy: Strategy, config: SearchConfig, save_trees: bo
         kv_size_steps=a.kv_size_steps,
         wall_time=time.perf_counter() - a.started,
         config=config,
-        strategy_metrics=metrics,
+        strategy_metrics=dict(a.strategy_metrics),
         save_tree=save_trees,
     )

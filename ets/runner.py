@@ -64,8 +64,13 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
             if bar is not None:
                 bar.close()
         elapsed = time.perf_counter() - start
-    summary = summarize(read_records(config.output), new_records, elapsed, policy)
-    summary_path(config.output).write_text(json.dumps(summary, indent=2))
+    records = read_records(config.output)
+    stored = summary_path(config.output)
+    if not new_records and stored.exists():
+        # Nothing new was searched: keep the throughput measured when the work was done.
+        return json.loads(stored.read_text())
+    summary = summarize(records, new_records, elapsed, policy)
+    stored.write_text(json.dumps(summary, indent=2))
     return summary
 
 
@@ -84,6 +89,12 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
         "problems_per_s": len(new_records) / elapsed if elapsed > 0 and new_records else 0.0,
         "tokens_per_s": new_tokens / elapsed if elapsed > 0 and new_records else 0.0,
     }
+    totals: dict[str, float] = {}
+    for r in records:
+        for key, value in r.get("strategy_metrics", {}).items():
+            totals[key] = totals.get(key, 0) + value
+    if totals:  # e.g. ETS solver fallbacks: counted, never silent
+        out["strategy_metrics"] = totals
     if policy is not None and new_records:
         out["policy_stats"] = policy.stats()
     return out

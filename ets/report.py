@@ -1,0 +1,79 @@
+"""Tables and plots of run summaries: one row per (method, width).
+
+Rows are the dicts `ets.runner.run` returns, plus `method` and `width`. The Markdown
+table is what `ets demo` prints and `docs/RESULTS.md` holds; the CSV has every column;
+the plots are for people who would rather look than read.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Sequence
+
+# (key, header, format) of the printed table, in order.
+COLUMNS = (
+    ("method", "method", "{}"),
+    ("width", "W", "{}"),
+    ("accuracy", "accuracy", "{:.1%}"),
+    ("kv_size_per_problem", "KV size/problem (paper metric)", "{:,.0f}"),
+    ("peak_kv_tokens", "peak KV tokens (engine)", "{:,}"),
+    ("generated_tokens", "tokens generated", "{:,}"),
+    ("wall_time", "wall s", "{:.1f}"),
+    ("tokens_per_s", "tokens/s", "{:,.0f}"),
+)
+
+
+def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
+    value = row.get(key)
+    if value is None:
+        return "n/a"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    header = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    body = ["| " + " | ".join(_cell(r, k, f) for k, _, f in COLUMNS) + " |" for r in rows]
+    return "\n".join([header, rule, *body])
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys and not isinstance(r[k], (dict, list))]
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot_methods(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> None:
+    """Bars per method: accuracy, the paper's KV size, measured peak KV, throughput."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (
+        ("accuracy", "accuracy", 100.0),
+        ("kv_size_per_problem", "KV size per problem (tokens, paper metric)", 1.0),
+        ("peak_kv_tokens", "peak resident KV (tokens, engine)", 1.0),
+        ("tokens_per_s", "throughput (tokens/s)", 1.0),
+    )
+    labels = [f"{r['method']}\nW={r['width']}" for r in rows]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    for ax, (key, name, scale) in zip(axes.flat, panels):
+        values = [(r.get(key) or 0) * scale for r in rows]
+        bars = ax.bar(labels, values, color=[f"C{i}" for i in range(len(rows))])
+        ax.bar_label(bars, fmt="%.0f" if scale == 1.0 else "%.1f", fontsize=8)
+        ax.set_title(name + (" (%)" if scale == 100.0 else ""), fontsize=10)
+        ax.tick_params(axis="x", labelsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
