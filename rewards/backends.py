@@ -1,0 +1,235 @@
+"""Where a PRM's forward pass runs: a plain batched forward, or the engine's `score` call.
+
+Both answer the same question, "the output rows at these positions of these sequences":
+
+    logits_at(sequences, positions) -> [tensor[len(positions[i]), len(columns)] for each i]
+
+where `columns` are the output columns the PRM reads (e.g. the ids of "+" and "-"), so
+neither path keeps a vocabulary-wide tensor per step. Both count what they computed:
+`computed_tokens` (tokens run through the model) and `cache_hit_tokens` (tokens whose
+KV came from a prefix cache instead; always 0 for the plain forward).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from array import array
+from collections import OrderedDict
+from typing import Any, Protocol, Sequence
+
+import torch
+
+
+def engine_available() -> bool:
+    """Whether `ets.engine` can be imported here."""
+    try:
+        from ets.engine import Engine  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class ScoringBackend(Protocol):
+    def logits_at(self, sequences: list[list[int]], positions: list[list[int]]) -> list[torch.Tensor]: ...
+
+    def stats(self) -> dict[str, int]: ...
+
+
+class ForwardBackend:
+    """One padded `model(...)` call per micro-batch; no cache, every token recomputed.
+
+    Padding (here `p`; `x` real tokens), for a batch of lengths 3 and 5:
+        right:  x x x p p        left:  p p x x x
+                x x x x x               x x x x x
+    Position ids count real tokens only (`cumsum(mask) - 1`), so left padding gives each
+    token the same position it has unpadded; pads are masked out of attention. Sequences
+    are grouped longest-first into micro-batches of at most `max_batch_tokens` padded
+    tokens (one sequence per batch if it is longer than that).
+    """
+
+    def __init__(self, model, columns: Sequence[int], pad_id: int, padding_side: str = "right", max_batch_tokens: int = 8192):
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
+        self.model = model
+        self.columns = torch.tensor(list(columns), dtype=torch.long)
+        self.pad_id = pad_id
+        self.padding_side = padding_side
+        self.max_batch_tokens = max_batch_tokens
+        # Causal LMs can project only the rows we read (saves a [B, T, vocab] tensor).
+        self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._stats = {"computed_tokens": 0, "padded_tokens": 0, "cache_hit_tokens": 0, "forward_calls": 0}
+
+    @classmethod
+    def for_tokenizer(cls, model, tokenizer, columns: Sequence[int], padding_side: str | None = None,
+                      max_batch_tokens: int = 8192) -> "ForwardBackend":
+        """Padding as the tokenizer does it (its pad id, else EOS; its side unless given)."""
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        return cls(model, columns, pad_id=pad if pad is not None else 0,
+                   padding_side=padding_side or tokenizer.padding_side or "right", max_batch_tokens=max_batch_tokens)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    def logits_at(self, sequences, positions):
+        out: list[torch.Tensor | None] = [None] * len(sequences)
+        for batch in self._micro_batches([len(s) for s in sequences]):
+            rows = self._forward([sequences[i] for i in batch], [positions[i] for i in batch])
+            for i, r in zip(batch, rows):
+                out[i] = r
+        return out
+
+    def _micro_batches(self, lengths: list[int]) -> list[list[int]]:
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        batches: list[list[int]] = []
+        for i in order:
+            # Longest first: the first sequence of a batch sets its padded width.
+            if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= self.max_batch_tokens:
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        return batches
+
+    @torch.inference_mode()
+    def _forward(self, seqs: list[list[int]], poss: list[list[int]]) -> list[torch.Tensor]:
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        shift = []  # padded index = real index + shift
+        for b, s in enumerate(seqs):
+            off = width - len(s) if self.padding_side == "left" else 0
+            ids[b, off:off + len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[b, off:off + len(s)] = 1
+            shift.append(off)
+        pos_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        # [B, K]: padded indices of every position asked for, per row.
+        wanted = [torch.tensor(p, dtype=torch.long) + off for p, off in zip(poss, shift)]
+        kwargs: dict[str, Any] = {}
+        if self._keep_arg:
+            keep = torch.unique(torch.cat(wanted)) if wanted else torch.zeros(0, dtype=torch.long)
+            kwargs["logits_to_keep"] = keep.to(self.device)
+            wanted = [torch.searchsorted(keep, w) for w in wanted]
+        dev = self.device
+        out = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos_ids.to(dev), use_cache=False, **kwargs)
+        logits = out.logits if hasattr(out, "logits") else out[0]     # [B, T or K, C]
+        logits = logits.index_select(-1, self.columns.to(logits.device)).float().cpu()
+        real = sum(len(s) for s in seqs)
+        self._stats["computed_tokens"] += real
+        self._stats["padded_tokens"] += ids.numel() - real
+        self._stats["forward_calls"] += 1
+        return [logits[b, w] for b, w in enumerate(wanted)]
+
+
+class EngineBackend:
+    """The engine's forward-only `score` call, with two caches on top of its KV cache.
+
+    Why more than `engine.score`: an output row at a position needs that position's token
+    computed, so the engine reuses cached KV only up to the *first* position asked for.
+    A trajectory asks for a row at every step's tag, so its history would be recomputed
+    every round. But a causal model's row at position p depends only on tokens[:p+1]:
+
+    1. rows are memoised by a digest of tokens[:p+1] (an LRU of `max_cached_rows` rows),
+       so the history's tags, scored when those steps were new, are not asked for again,
+       and the engine reuses the whole cached history and computes only the newest step;
+    2. sequences of one call that share a prefix (siblings: question + history) would all
+       compute it in the same forward; the shared prefixes (the branch points of the
+       call's token trie) are scored first, shortest first, so each is computed once.
+    Both are exact: the rows are the engine's own, computed once.
+    """
+
+    def __init__(self, engine, columns: Sequence[int], max_cached_rows: int = 1 << 16, min_shared_tokens: int = 8):
+        self.engine = engine
+        self.columns = torch.tensor(list(columns), dtype=torch.long)
+        self.max_cached_rows = max_cached_rows
+        self.min_shared_tokens = min_shared_tokens
+        self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        self._stats = {"computed_tokens": 0, "cache_hit_tokens": 0, "forward_calls": 0, "memo_rows": 0}
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    def logits_at(self, sequences, positions):
+        keys = [dict(zip(p, _prefix_digests(s, p))) for s, p in zip(sequences, positions)]
+        rows = {k: self._rows[k] for ks in keys for k in ks.values() if k in self._rows}
+        self._stats["memo_rows"] += len(rows)
+
+        def missing(i: int, below: int | None = None) -> list[int]:
+            return sorted(p for p, k in keys[i].items() if k not in rows and (below is None or p < below))
+
+        # Tokens after the last wanted position cannot change its row: leave them out.
+        todo = {i: sequences[i][: m[-1] + 1] for i in range(len(sequences)) if (m := missing(i))}
+        for level in shared_prefixes(list(todo.values()), self.min_shared_tokens):
+            wanted = []
+            for prefix in level:
+                sharing = [i for i, s in todo.items() if s[: len(prefix)] == prefix]
+                # The rows inside a shared prefix are the same for all who share it.
+                wanted.append(sorted({p for i in sharing for p in missing(i, len(prefix))}) or [len(prefix) - 1])
+            self._score(level, wanted, rows)
+        todo = {i: s for i, s in todo.items() if missing(i)}
+        if todo:
+            self._score(list(todo.values()), [missing(i) for i in todo], rows)
+        for k, row in rows.items():
+            self._remember(k, row)
+        return [torch.stack([rows[ks[p]] for p in pos]) for ks, pos in zip(keys, positions)]
+
+    def _score(self, sequences, positions, rows: dict[bytes, torch.Tensor]) -> None:
+        """Run the engine; put each row into `rows` under its prefix digest."""
+        # The engine may be shared with the policy: count only this call's work.
+        before = self._engine_counts()
+        out = self.engine.score(sequences, positions, hidden_states=False)
+        after = self._engine_counts()
+        for key in before:
+            self._stats[key] += after[key] - before[key]
+        self._stats["forward_calls"] += 1
+        for seq, pos, r in zip(sequences, positions, out):
+            r = r.index_select(-1, self.columns.to(r.device)).float().cpu()
+            rows.update(zip(_prefix_digests(seq, pos), r))
+
+    def _engine_counts(self) -> dict[str, int]:
+        s = self.engine.stats()
+        return {"computed_tokens": int(s["computed_tokens"]), "cache_hit_tokens": int(s["cache_hit_tokens"])}
+
+    def _remember(self, key: bytes, row: torch.Tensor) -> None:
+        self._rows[key] = row
+        self._rows.move_to_end(key)
+        while len(self._rows) > self.max_cached_rows:
+            self._rows.popitem(last=False)
+
+
+def _prefix_digests(tokens: list[int], positions: list[int]) -> list[bytes]:
+    """A digest of tokens[:p+1] for each p (one incremental pass over the tokens)."""
+    h = hashlib.blake2b(digest_size=16)
+    out, done = {}, 0
+    for p in sorted(set(positions)):
+        h.update(array("q", tokens[done:p + 1]).tobytes())
+        done = p + 1
+        out[p] = h.copy().digest()
+    return [out[p] for p in positions]
+
+
+def shared_prefixes(sequences: list[list[int]], min_tokens: int) -> list[list[list[int]]]:
+    """The prefixes that two or more sequences share (branch points of their token trie),
+    at least `min_tokens` long, in levels: no prefix shares a level with a prefix of itself.
+
+        A = q q q h h x      sorted neighbours' common prefixes: q q q h h (A, B)
+        B = q q q h h y                                          q q q     (B, C)
+        C = q q q z          -> levels [[q q q], [q q q h h]]
+    """
+    ordered = sorted(sequences)
+    found = set()
+    for a, b in zip(ordered, ordered[1:]):
+        n = 0
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            n += 1
+        if n >= min_tokens:
+            found.add(tuple(a[:n]))
+    level: dict[tuple, int] = {}
+    for p in sorted(found, key=len):
+        level[p] = 1 + max((level[q] for q in level if len(q) < len(p) and p[: len(q)] == q), default=-1)
+    return [[list(p) for p in level if level[p] == k] for k in range(1 + max(level.values(), default=-1))]

@@ -1,0 +1,63 @@
+"""The scoring loop shared by the model-based PRMs: one marker token per step.
+
+A subclass says how a (question, steps) pair becomes marked text (`render`); this class
+tokenizes each trajectory once, sends the whole round to the scoring backend in one call,
+and turns the rows read at each marker into probabilities:
+
+    score of step s = softmax(row at marker s over `columns`)[positive]
+
+Step-tag PRMs read the columns of their good/bad tokens from LM logits (positive = good);
+token-classification PRMs read their label logits (positive = the positive label).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from rewards.backends import ScoringBackend
+from rewards.base import ProcessRewardModel, RewardError
+from rewards.marking import MarkedText, MarkerError, tokenize_marked
+
+
+class MarkerPRM(ProcessRewardModel):
+    def __init__(self, name: str, tokenizer, backend: ScoringBackend, marker_id: int, positive: int, add_special_tokens: bool):
+        if not getattr(tokenizer, "is_fast", False):
+            raise RewardError(f"reward {name!r} needs a fast (Rust) tokenizer to locate step markers; got {type(tokenizer).__name__}")
+        self.name = name
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.marker_id = marker_id
+        self.positive = positive
+        self.add_special_tokens = add_special_tokens
+
+    def render(self, question: str, steps: list[str]) -> MarkedText:
+        raise NotImplementedError
+
+    def encode(self, question: str, steps: Sequence[str]) -> tuple[list[int], list[int]]:
+        """(token ids, marker positions) of one trajectory, exactly as it will be scored."""
+        return tokenize_marked(self.tokenizer, self.render(question, list(steps)), self.marker_id, self.add_special_tokens)
+
+    def score(self, questions, trajectories):
+        sequences, positions, where = [], [], []
+        for q, (question, trajs) in enumerate(zip(questions, trajectories)):
+            for t, steps in enumerate(trajs):
+                if not steps:
+                    continue
+                try:
+                    ids, pos = self.encode(question, steps)
+                except MarkerError as exc:
+                    raise RewardError(f"reward {self.name!r}, question {q} trajectory {t}: {exc}") from exc
+                sequences.append(ids)
+                positions.append(pos)
+                where.append((q, t))
+        scores: list[list[list[float]]] = [[[] for _ in trajs] for trajs in trajectories]
+        if sequences:
+            rows = self.backend.logits_at(sequences, positions)     # each [n_steps, n_columns]
+            for (q, t), r in zip(where, rows):
+                scores[q][t] = torch.softmax(r.float(), dim=-1)[:, self.positive].tolist()
+        return scores
+
+    def stats(self) -> dict[str, int]:
+        return self.backend.stats()

@@ -1,0 +1,123 @@
+"""Marking steps in a PRM's input text and finding the marked tokens.
+
+PRMs of both conventions read one text per trajectory in which every step is followed by
+a marker (Math-Shepherd: the step tag ` ки`; Qwen2.5-Math-PRM: the separator `<extra_0>`),
+and score a step at its marker's token:
+
+    head                steps, each followed by its marker                      tail
+    "What is 2+3? "  |  "2+3 = 5 ки" "\n" "The answer is 5 ки"                |  ""
+                                  ^ end of marker 0           ^ end of marker 1
+
+The whole text is tokenized once (tokenizing pieces separately and adding lengths goes
+wrong where a tokenizer merges across piece boundaries). A marker's token is the token
+that holds the marker's last character; it must have the marker's id. Where a tokenizer
+merged the marker with its neighbour, the marker's span is searched for the id instead,
+and a marker that is nowhere to be found is an error naming the step.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+
+class MarkerError(ValueError):
+    """A marker could not be found, or does not exist in the tokenizer."""
+
+
+class MarkedText(NamedTuple):
+    text: str
+    spans: list[tuple[int, int]]    # [start, end) character span of each step's marker
+
+
+def mark_steps(head: str, steps: Sequence[str], marker: str, between: str, tail: str = "") -> MarkedText:
+    """`head + step0 + marker + between + step1 + marker + ... + tail`, with marker spans."""
+    parts = [head]
+    spans = []
+    pos = len(head)
+    for i, step in enumerate(steps):
+        if i:
+            parts.append(between)
+            pos += len(between)
+        parts.append(step)
+        pos += len(step)
+        parts.append(marker)
+        spans.append((pos, pos + len(marker)))
+        pos += len(marker)
+    parts.append(tail)
+    return MarkedText("".join(parts), spans)
+
+
+def clean_step(step: str, marker: str, strip: bool) -> str:
+    """A step as the PRM expects it: no marker text inside, no delimiter whitespace around."""
+    if marker.strip():
+        step = step.replace(marker.strip(), "")
+    return step.strip() if strip else step
+
+
+def token_id(tokenizer, token: str | int, role: str) -> int:
+    """The id of `token` as one token of `tokenizer`, or a `MarkerError` naming it.
+
+    An int is taken as an id. A string must encode to one token; sentencepiece tokenizers
+    may put a lone word-boundary piece before it (`' ки'` -> `['▁', '▁ки']`), which is
+    dropped, as the Math-Shepherd reference code does by taking the last id.
+    """
+    vocab_size = len(tokenizer)
+    if isinstance(token, int):
+        if not 0 <= token < vocab_size:
+            raise MarkerError(f"{role} id {token} is outside the tokenizer's vocabulary (size {vocab_size})")
+        return token
+    ids = tokenizer.encode(token, add_special_tokens=False)
+    if len(ids) == 1:
+        return ids[0]
+    if ids:
+        last = tokenizer.decode(ids[-1:])
+        lead = tokenizer.decode(ids[:-1])
+        if last.strip() == token.strip() and not lead.strip():
+            return ids[-1]
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    raise MarkerError(
+        f"the tokenizer has no single token for the {role} {token!r} (it encodes to {len(ids)} tokens: "
+        f"{pieces}); add it to the tokenizer or choose a {role} that is one token"
+    )
+
+
+def tokenize_marked(tokenizer, marked: MarkedText, marker_id: int, add_special_tokens: bool) -> tuple[list[int], list[int]]:
+    """(token ids of the whole text, index of each marker's token)."""
+    enc = tokenizer(marked.text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    ids = list(enc["input_ids"])
+    offsets = enc["offset_mapping"]
+    positions = []
+    t = 0
+    for s, (start, end) in enumerate(marked.spans):
+        # Advance to the token holding the marker's last character (offsets are [a, b)).
+        while t < len(ids) and not (offsets[t][0] < end <= offsets[t][1]):
+            t += 1
+        if t < len(ids) and ids[t] == marker_id:
+            positions.append(t)
+            continue
+        positions.append(_search_span(ids, offsets, start, end, marker_id, s))
+        t = positions[-1]
+    return ids, positions
+
+
+def _search_span(ids, offsets, start, end, marker_id, step) -> int:
+    """The last token with `marker_id` among the tokens overlapping [start, end)."""
+    hits = [i for i, (a, b) in enumerate(offsets) if a < end and b > start and ids[i] == marker_id]
+    if not hits:
+        raise MarkerError(
+            f"the marker of step {step} was merged with the text around it and its token id "
+            f"{marker_id} does not occur there; remove the marker text from the steps or pick another marker"
+        )
+    return hits[-1]
+
+
+def split_template(template: str, key: str) -> tuple[str, str]:
+    """A prompt template "...{question}...{steps}..." -> (text before, text after {steps}).
+
+    `{question}` is filled with `str.replace`, not `format`, so braces in questions
+    (LaTeX!) are safe.
+    """
+    if template.count("{steps}") != 1 or "{question}" not in template:
+        raise ValueError(f"option {key!r} = {template!r} must contain {{question}} and exactly one {{steps}}")
+    head, tail = template.split("{steps}")
+    return head, tail

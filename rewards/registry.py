@@ -1,0 +1,135 @@
+"""Reward models by name: built-ins, `module:attr`, and the `ets.rewards` entry-point group.
+
+`build_reward(reward_config, policy_config, engine)` resolves `reward_config.name`, in order:
+1. a name given to `register_reward` in this process;
+2. a built-in (imported lazily, so a built-in whose file is missing only fails when used);
+3. `module:attr`: a function, a `ProcessRewardModel` subclass, or an instance;
+4. an entry point of the group `ets.rewards` of an installed package:
+       [project.entry-points."ets.rewards"]
+       my_prm = "my_package.prm:MyPRM"
+Anything else raises `ConfigError` listing the known names.
+
+What the name resolves to decides how it is built:
+- a class with `Options` (a dataclass) and `from_config(options, ctx)` is a built-in-style
+  reward: its options are validated against `Options`, and it gets a `RewardContext`
+  (model path, device, dtype, engine);
+- anything else is a user plug-in (see rewards/plugin.py): options become keyword arguments.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+from typing import Any
+
+from ets.config import ConfigError, PolicyConfig, RewardConfig
+from rewards.base import ProcessRewardModel
+from rewards.options import RewardContext, parse_options
+from rewards.plugin import make_plugin
+
+ENTRY_POINT_GROUP = "ets.rewards"
+
+BUILTINS: dict[str, str] = {
+    "step_tag": "rewards.step_tag:StepTagPRM",
+    "token_classification": "rewards.token_classification:TokenClassificationPRM",
+    "verifier": "rewards.verifier:Verifier",
+}
+
+_registered: dict[str, Any] = {}
+
+
+def register_reward(name: str, obj: Any) -> None:
+    """Make `name` resolve to `obj` (a class, a function, or a `module:attr` string)."""
+    if ":" in name:
+        raise ValueError(f"reward name {name!r} must not contain ':' (that form means module:attr)")
+    _registered[name] = obj
+
+
+def known_rewards() -> list[str]:
+    """Every name `build_reward` accepts without `module:attr`."""
+    names = dict.fromkeys([*_registered, *BUILTINS, *(ep.name for ep in _entry_points())])
+    return list(names)
+
+
+def resolve_reward(name: str) -> Any:
+    """The object `name` stands for (not yet built)."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"reward.name must be a non-empty string; known rewards: {', '.join(known_rewards())}")
+    if name in _registered:
+        obj = _registered[name]
+        return import_attr(obj, name) if isinstance(obj, str) else obj
+    if name in BUILTINS:
+        return import_attr(BUILTINS[name], name)
+    if ":" in name:
+        return import_attr(name, name)
+    for ep in _entry_points():
+        if ep.name == name:
+            try:
+                return ep.load()
+            except Exception as exc:
+                raise ConfigError(f"reward {name!r}: entry point {ep.value!r} failed to load: {exc}") from exc
+    raise ConfigError(
+        f"unknown reward {name!r}; known rewards: {', '.join(known_rewards())}; "
+        "or give a Python object as module:attr (a function or a ProcessRewardModel subclass)"
+    )
+
+
+def build_reward(
+    reward_config: RewardConfig,
+    policy_config: PolicyConfig | None = None,
+    engine: Any = None,
+) -> ProcessRewardModel:
+    """The reward model `reward_config` names, ready to score.
+
+    `engine` is the policy's engine, if any. It reaches a reward's `RewardContext` only when
+    the reward scores with the policy's own model; `step_tag` uses it only when asked
+    (`share_policy_engine`), and otherwise builds its own engine with its own KV pool.
+    """
+    name = reward_config.name
+    obj = resolve_reward(name)
+    if hasattr(obj, "Options") and hasattr(obj, "from_config"):
+        options = parse_options(obj.Options, reward_config.options, name)
+        return obj.from_config(options, _context(reward_config, policy_config, engine))
+    return make_plugin(obj, reward_config.options, name)
+
+
+def _context(reward_config: RewardConfig, policy_config: PolicyConfig | None, engine: Any) -> RewardContext:
+    if policy_config is None:  # no policy: the reward's own model, default device and dtype
+        return RewardContext(name=reward_config.name, model=reward_config.model)
+    policy = policy_config
+    shares_policy_model = reward_config.model in (None, policy.model)
+    return RewardContext(
+        name=reward_config.name,
+        model=reward_config.model or policy.model,
+        device=policy.device,
+        dtype=policy.dtype,
+        engine=engine if shares_policy_model else None,
+        use_engine=policy.backend == "engine",
+        kv_budget_tokens=policy.kv_budget_tokens,
+    )
+
+
+def import_attr(spec: str, name: str) -> Any:
+    """`package.module:attr.sub` -> the object; errors name the reward and what failed."""
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ConfigError(f"reward {name!r}: {spec!r} must look like package.module:attr")
+    try:
+        obj = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise ConfigError(
+                f"reward {name!r}: cannot import module {module_name!r} ({exc}); is it installed or on "
+                f"PYTHONPATH? known rewards: {', '.join(known_rewards())}"
+            ) from exc
+        raise
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise ConfigError(f"reward {name!r}: module {module_name!r} has no attribute {attr_path!r}") from exc
+    return obj
+
+
+def _entry_points() -> list[metadata.EntryPoint]:
+    return list(metadata.entry_points(group=ENTRY_POINT_GROUP))

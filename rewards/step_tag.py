@@ -1,0 +1,122 @@
+"""The step-tag PRM (Math-Shepherd convention): a causal LM reads the steps, each followed
+by a step tag, and the score of a step is P(good) at its tag:
+
+    text  = template with {question} and {steps} = "step 1 ки\\nstep 2 ки"
+    score = softmax(logits[tag position][[good, bad]])[good]
+
+Defaults are Math-Shepherd's (`peiyi9979/math-shepherd-mistral-7b-prm`): input
+`f"{question} {step1} ки\\n{step2} ки"`, labels "+" / "-", BOS added. Llemma-based PRMs
+trained in the same convention load by path with the same options.
+
+Backends (option `backend`): `engine` scores on the prefix-sharing engine, so siblings in
+the search tree share the KV of question and history; `forward` runs a plain padded
+forward; `auto` (default) picks the engine when it is installed and the policy runs on it.
+Both give the same scores (tests/test_rewards_step_tag.py checks 1e-5). The PRM gets its
+own engine (its own KV pool, so the policy's KV figures stay the policy's); with
+`share_policy_engine: true` and the policy's model it scores on the policy's engine
+instead, saving a copy of the weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ets.config import ConfigError
+from rewards.backends import EngineBackend, ForwardBackend, ScoringBackend, engine_available
+from rewards.marker_prm import MarkerPRM
+from rewards.marking import MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id
+from rewards.options import RewardContext, choice
+
+BACKENDS = ("auto", "engine", "forward")
+
+
+@dataclass
+class StepTagOptions:
+    tag: str = " ки"                  # appended to every step; the score is read at its token
+    good_token: str | int = "+"       # a string that is one token, or a token id
+    bad_token: str | int = "-"
+    template: str = "{question} {steps}"
+    step_separator: str = "\n"        # between one step's tag and the next step
+    strip_steps: bool = True          # drop the policy's delimiter whitespace around steps
+    add_special_tokens: bool = True   # e.g. BOS, as the tokenizer's own encode() adds it
+    backend: str = "auto"             # auto | engine | forward
+    padding_side: str | None = None   # forward backend: left | right (default: the tokenizer's)
+    max_batch_tokens: int = 8192      # tokens per forward (forward: padded; engine: new tokens)
+    kv_budget_tokens: int | None = None  # own engine: KV pool size (default: the policy's)
+    share_policy_engine: bool = False  # same model as the policy: score on the policy's engine
+    device: str | None = None         # default: the policy's
+    dtype: str | None = None          # default: the policy's
+
+    def __post_init__(self) -> None:
+        if not self.tag:
+            raise ValueError("option 'tag' must be a non-empty string, e.g. ' ки'")
+        split_template(self.template, "template")
+        choice("backend", self.backend, BACKENDS)
+        if self.padding_side is not None:
+            choice("padding_side", self.padding_side, ("left", "right"))
+        if self.max_batch_tokens < 1:
+            raise ValueError(f"option 'max_batch_tokens' = {self.max_batch_tokens} must be >= 1")
+
+
+class StepTagPRM(MarkerPRM):
+    Options = StepTagOptions
+
+    def __init__(self, tokenizer, options: StepTagOptions, make_backend: Callable[[list[int]], ScoringBackend], name: str = "step_tag"):
+        # Resolve the three tokens before `make_backend` loads any weights: a wrong tag
+        # fails in a second, not after a 7B model has loaded.
+        try:
+            tag_id = token_id(tokenizer, options.tag, "step tag")
+            good = token_id(tokenizer, options.good_token, "good token")
+            bad = token_id(tokenizer, options.bad_token, "bad token")
+        except MarkerError as exc:
+            raise ConfigError(f"reward {name!r}: {exc}") from exc
+        self.options = options
+        self._head, self._tail = split_template(options.template, "template")
+        super().__init__(name, tokenizer, make_backend([good, bad]), tag_id, positive=0,
+                         add_special_tokens=options.add_special_tokens)
+
+    def render(self, question: str, steps: list[str]) -> MarkedText:
+        o = self.options
+        steps = [clean_step(s, o.tag, o.strip_steps) for s in steps]
+        return mark_steps(self._head.replace("{question}", question), steps, o.tag, o.step_separator,
+                          self._tail.replace("{question}", question))
+
+    @classmethod
+    def from_model(cls, model, tokenizer, options: StepTagOptions | None = None, engine=None, name: str = "step_tag"):
+        """A step-tag PRM over an already-loaded model: on `engine` if given, else plain forward."""
+        options = options or StepTagOptions()
+        if engine is not None:
+            return cls(tokenizer, options, lambda cols: EngineBackend(engine, cols), name)
+        return cls(tokenizer, options, lambda cols: ForwardBackend.for_tokenizer(model, tokenizer, cols, options.padding_side, options.max_batch_tokens), name)
+
+    @classmethod
+    def from_config(cls, options: StepTagOptions, ctx: RewardContext):
+        from ets.models import load_causal_lm, load_tokenizer
+
+        if ctx.model is None:
+            raise ConfigError(f"reward {ctx.name!r} needs a model: set reward.model or policy.model")
+        device, dtype = options.device or ctx.device, options.dtype or ctx.dtype
+        tokenizer = load_tokenizer(ctx.model)
+
+        def make_backend(cols: list[int]) -> ScoringBackend:
+            if _wants_engine(options, ctx) and options.share_policy_engine and ctx.engine is not None:
+                return EngineBackend(ctx.engine, cols)
+            model, _ = load_causal_lm(ctx.model, device=device, dtype=dtype)
+            if _wants_engine(options, ctx):
+                from ets.engine import Engine
+
+                engine = Engine.from_pretrained(model, kv_budget_tokens=options.kv_budget_tokens or ctx.kv_budget_tokens,
+                                                tokenizer=tokenizer, max_batch_tokens=options.max_batch_tokens)
+                return EngineBackend(engine, cols)
+            return ForwardBackend.for_tokenizer(model, tokenizer, cols, options.padding_side, options.max_batch_tokens)
+
+        return cls(tokenizer, options, make_backend, ctx.name)
+
+
+def _wants_engine(options: StepTagOptions, ctx: RewardContext) -> bool:
+    if options.backend == "engine":
+        if not engine_available():
+            raise ConfigError(f"reward {ctx.name!r}: backend=engine but ets.engine cannot be imported; use backend=forward")
+        return True
+    return options.backend == "auto" and ctx.use_engine and engine_available()
