@@ -36,7 +36,7 @@ def load_tokenizer(name_or_path: str):
         from ets.tiny import build_tokenizer
 
         return build_tokenizer()
-    _check_exists(name_or_path)
+    check_model_exists(name_or_path)
     return AutoTokenizer.from_pretrained(name_or_path)
 
 
@@ -50,7 +50,7 @@ def load_causal_lm(name_or_path: str, device: str = "cpu", dtype: str | torch.dt
 
         model, tok = build_tiny_model(name_or_path.split(":", 1)[1], seed=seed, dtype=torch_dtype)
         return model.to(device), tok
-    _check_exists(name_or_path)
+    check_model_exists(name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
     except OSError as exc:
@@ -61,7 +61,7 @@ def load_causal_lm(name_or_path: str, device: str = "cpu", dtype: str | torch.dt
     return model.to(device).eval(), load_tokenizer(name_or_path)
 
 
-def _check_exists(name_or_path: str) -> None:
+def check_model_exists(name_or_path: str) -> None:
     if _looks_like_path(name_or_path) and not Path(name_or_path).expanduser().exists():
         raise ModelLoadError(
             f"model path {name_or_path!r} does not exist; pass a folder in Hugging Face format "

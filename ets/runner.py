@@ -34,7 +34,10 @@ def build_policy(config: RunConfig) -> Policy:
 def build_reward_for(config: RunConfig, policy: Policy):
     from rewards import build_reward
 
-    return build_reward(config.reward, config.policy)
+    # The policy's engine is offered for PRMs that share its weights (step_tag with
+    # share_policy_engine); by default a PRM keeps its own KV pool, so the policy's KV
+    # figures count the policy alone.
+    return build_reward(config.reward, config.policy, engine=getattr(policy, "engine", None))
 
 
 def summary_path(output: str | Path) -> Path:

@@ -101,9 +101,9 @@ def load_token_classifier(path: str, options: TokenClassificationOptions, ctx: R
     """(model in eval mode, tokenizer) with the Auto class the options or the config ask for."""
     import transformers
 
-    from ets.models import ModelLoadError, _check_exists, resolve_dtype
+    from ets.models import ModelLoadError, check_model_exists, resolve_dtype
 
-    _check_exists(path)
+    check_model_exists(path)
     remote = options.trust_remote_code
     tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=remote)
     config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=remote)

@@ -1,4 +1,4 @@
-"""The README example "Plug in your own reward model" (docs/rewards.md), run as written:
+"""The README example "Plug in your own reward model", run as written:
 its files are written out, its command goes through `ets run`, and every step score in
 the output must be the user's reward of that step."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from ets.cli import main
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "rewards.md"
+DOC = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = r"<!-- {} -->\s*```[a-z]*\n(.*?)```"
 
 
