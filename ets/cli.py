@@ -3,6 +3,8 @@
     ets demo [--width 16 --problems 50 --out DIR]  every method on the embedded default
     ets run --config FILE [key=value ...]           search a dataset, one JSON line per problem
     ets eval FILE --agg last --vote weighted        accuracy of a results file
+    ets sweep --config FILE --methods a,b --widths 16,64 [key=value ...]
+                                                    methods x widths -> table + plots
 
 Every error a user can cause (bad config, data, model path, reward) ends as one line
 `ets: error: ...` and exit code 2; nothing already written is lost or corrupted.
@@ -63,6 +65,27 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ets.config import load_config
+    from ets.report import markdown_table
+    from ets.sweep import parse_methods, parse_widths, relative_to_rebase, run_sweep
+
+    config = load_config(args.config, list(args.overrides))
+    # Everything is validated before any work starts.
+    methods = parse_methods(args.methods or config.search.method)
+    widths = parse_widths(args.widths or str(config.search.width))
+    out = Path(args.out or Path(config.output).parent / "sweep")
+    rows = run_sweep(config, methods, widths, out, show_progress=not args.quiet)
+    print()
+    print(markdown_table(rows))
+    for line in relative_to_rebase(rows):
+        print(line)
+    print(f"\ntable.md, table.csv and plots in {out}/")
+    return 0
+
+
 def _check_methods(methods: list[str]) -> None:
     import search
 
@@ -89,6 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. width=32 method=ets policy.backend=hf")
     p.set_defaults(func=_run)
+
+    p = sub.add_parser("sweep", help="methods x widths on one dataset: CSV, Markdown table, PNG plots; resumable")
+    p.add_argument("--config", required=True, help="YAML config (dataset, models, search settings)")
+    p.add_argument("--methods", help="comma-separated, e.g. best_of_n,beam,dvts,rebase,ets (default: the config's)")
+    p.add_argument("--widths", help="comma-separated, e.g. 16,64,256 (default: the config's)")
+    p.add_argument("--out", help="output folder (default: <config output folder>/sweep)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("overrides", nargs="*", help="key=value overrides")
+    p.set_defaults(func=_sweep)
 
     p = sub.add_parser("eval", help="accuracy of a results file (ours or the ETS code's answers.json)")
     p.add_argument("file")

@@ -77,3 +77,37 @@ def plot_methods(rows: Sequence[dict[str, Any]], path: str | Path, title: str = 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_sweep(rows: Sequence[dict[str, Any]], out: str | Path) -> list[Path]:
+    """One PNG each: accuracy, KV size and throughput vs width; accuracy vs KV size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    figures = (
+        ("accuracy_vs_width.png", "width", "accuracy", "accuracy"),
+        ("kv_size_vs_width.png", "width", "kv_size_per_problem", "KV size per problem (tokens, paper metric)"),
+        ("throughput_vs_width.png", "width", "problems_per_s", "throughput (problems/s)"),
+        ("accuracy_vs_kv_size.png", "kv_size_per_problem", "accuracy", "accuracy"),
+    )
+    paths = []
+    for name, xkey, ykey, ylabel in figures:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for m in methods:
+            pts = sorted((r[xkey], r[ykey]) for r in rows if r["method"] == m and r.get(xkey) is not None)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=m)
+        if xkey == "width":
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel("width" if xkey == "width" else "KV size per problem (tokens)")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        paths.append(out / name)
+    return paths

