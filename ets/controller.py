@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from ets.admission import KVAdmission
 from ets.aggregate import choose_answer
 from ets.answers import extract_answer, is_final_step
 from ets.config import SearchConfig
@@ -57,6 +58,8 @@ def search(
     on_result: Callable[[dict[str, Any]], None] | None = None,
     progress: Any = None,
     save_trees: bool = False,
+    kv_budget: int | None = None,
+    run_stats: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run `config.method` on every problem; returns one result record per problem, in
     input order (see ets/results.py for the record's fields).
@@ -64,6 +67,10 @@ def search(
     `reward` is a `rewards.ProcessRewardModel` or any callable with its `score` signature;
     its output is validated every round. `progress` is an optional tqdm-like bar updated
     once per finished problem. `save_trees` adds each whole search tree to its record.
+
+    At most `concurrency` problems are in flight; with `kv_budget` (tokens), fewer, as the
+    projected KV of the active searches allows (ets/admission.py). `run_stats`, if given,
+    receives the number of rounds and the mean and peak number of problems in flight.
     """
     strategy = strategy or build(config)
     name = getattr(reward, "name", getattr(reward, "__name__", type(reward).__name__))
@@ -72,15 +79,26 @@ def search(
     active: list[_Active] = []
     results: dict[int, dict[str, Any]] = {}
 
+    admission = KVAdmission(kv_budget, config.width, config.max_step_tokens)
+    rounds, active_sum, peak_active = 0, 0, 0
+
     def admit() -> None:
+        projection = sum(admission.projected([a.tree.nodes[i] for i in a.alloc], sum(a.alloc.values())) for a in active)
         while pending and len(active) < concurrency:
-            index, problem = pending.pop()
+            index, problem = pending[-1]
             prompt, prompt_ids = policy.format_prompt(problem.question)
+            if not admission.admits(projection, len(prompt_ids), len(active)):
+                break  # wait until a finished search frees its share of the budget
+            pending.pop()
             tree = SearchTree(prompt, prompt_ids)
             active.append(_Active(index, problem, tree, {0: config.width}, config.width))
+            projection += admission.projected([tree.root], config.width)
 
     admit()
     while active:
+        rounds += 1
+        active_sum += len(active)
+        peak_active = max(peak_active, len(active))
         requests = [
             ExpandRequest((a.index, node_id), a.tree.nodes[node_id].path_token_ids(), n)
             for a in active
@@ -101,6 +119,7 @@ def search(
                 children[a.index].append(child)
 
         _score_round(active, children, score_fn, name)
+        admission.observe(c for new in children.values() for c in new)
 
         still_active = []
         for a in active:
@@ -115,6 +134,8 @@ def search(
                     progress.update(1)
         active[:] = still_active
         admit()
+    if run_stats is not None:
+        run_stats.update(rounds=rounds, mean_active=active_sum / rounds if rounds else 0.0, peak_active=peak_active)
     return [results[i] for i in sorted(results)]
 
 

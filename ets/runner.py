@@ -51,6 +51,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
         todo = [p for p in problems if p.id not in writer.done_ids]
         start = time.perf_counter()
         new_records: list[dict[str, Any]] = []
+        run_stats: dict[str, Any] = {}
         if todo:
             policy = policy or build_policy(config)
             reward = reward or build_reward_for(config, policy)
@@ -60,9 +61,12 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
                 writer.write(record)
                 new_records.append(record)
 
+            # On the engine the pool is the budget: admit problems as its projected KV allows.
+            budget = config.policy.kv_budget_tokens if config.policy.backend == "engine" else None
             search(
                 todo, policy, reward, config.search,
                 concurrency=config.concurrency, on_result=on_result, progress=bar, save_trees=config.save_trees,
+                kv_budget=budget, run_stats=run_stats,
             )
             if bar is not None:
                 bar.close()
@@ -72,7 +76,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     if not new_records and stored.exists():
         # Nothing new was searched: keep the throughput measured when the work was done.
         return json.loads(stored.read_text())
-    summary = summarize(records, new_records, elapsed, policy)
+    summary = {**summarize(records, new_records, elapsed, policy), **run_stats}
     stored.write_text(json.dumps(summary, indent=2))
     return summary
 

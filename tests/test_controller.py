@@ -120,3 +120,30 @@ def test_terminal_steps_complete_early(policy):
     assert record["depth"] == 2 and len(record["trajectories"]) == 3
     assert record["answer"] == "4" and record["correct"] is True
     assert all(t["finish"] == "answer" for t in record["trajectories"])
+
+
+def test_kv_budget_limits_problems_in_flight(policy):
+    cfg = SearchConfig(method="rebase", width=4, max_step_tokens=4, max_depth=2, max_tokens=100)
+    unlimited, tight = {}, {}
+    a = search(PROBLEMS, policy, text_score, cfg, concurrency=3, run_stats=unlimited)
+    b = search(PROBLEMS, policy, text_score, cfg, concurrency=3, kv_budget=1, run_stats=tight)
+    assert unlimited["peak_active"] == 3
+    # A budget below one search still runs every problem, one at a time.
+    assert tight["peak_active"] == 1 and tight["rounds"] == 3 * unlimited["rounds"]
+    assert [r["id"] for r in a] == [r["id"] for r in b] == ["0", "1", "2"]
+
+
+def test_admission_projection_by_hand():
+    from ets.admission import KVAdmission
+    from tests.helpers import tree_with_children
+
+    adm = KVAdmission(budget_tokens=100, width=4, max_step_tokens=8)
+    assert adm.mean_step_tokens == 4                      # prior: half of max_step_tokens
+    tree = tree_with_children([0.5, 0.5], prompt_tokens=10, step_tokens=3)
+    adm.observe(tree.root.children)
+    assert adm.mean_step_tokens == 3
+    # Keeping both children (10 + 3 + 3 tokens) and generating 4 more steps of 3 tokens.
+    assert adm.projected(tree.root.children, 4) == 16 + 12
+    # 28 active + a 20-token prompt + 4 x 3 = 60 <= 100; with 70 active it would not fit.
+    assert adm.admits(28, 20, n_active=1) and not adm.admits(70, 20, n_active=1)
+    assert adm.admits(10_000, 20, n_active=0)             # never starves
