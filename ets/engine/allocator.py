@@ -1,0 +1,47 @@
+"""Free-slot bookkeeping for the KV pool: a stack of free slot ids on the pool's device.
+
+Invariant: `free_slots()` holds each free slot exactly once; a slot handed out by
+`alloc` is owned by its caller until given back with `free`. The allocator never looks
+into the pool and never evicts: the scheduler asks the radix tree to evict first.
+
+    _stack: [ free ids ... | stale ... ]
+              0        n_free      num_slots
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class OutOfSlots(RuntimeError):
+    """Fewer free slots than asked for; the caller evicts or preempts and retries."""
+
+
+class SlotAllocator:
+    def __init__(self, num_slots: int, device: torch.device | str):
+        self.num_slots = num_slots
+        # Reversed so that alloc() hands out low ids first (nicer to read in tests).
+        self._stack = torch.arange(num_slots - 1, -1, -1, dtype=torch.long, device=device)
+        self.n_free = num_slots
+
+    def alloc(self, n: int) -> torch.Tensor:
+        """`n` slot ids (int64, on the pool device); raises OutOfSlots if fewer are free."""
+        if n > self.n_free:
+            raise OutOfSlots(f"asked for {n} KV slots, {self.n_free} free")
+        self.n_free -= n
+        return self._stack[self.n_free:self.n_free + n].flip(0).clone()
+
+    def free(self, slots: torch.Tensor) -> None:
+        n = slots.numel()
+        if n == 0:
+            return
+        assert self.n_free + n <= self.num_slots, "freed more slots than the pool has"
+        self._stack[self.n_free:self.n_free + n] = slots.flip(0)
+        self.n_free += n
+
+    def free_slots(self) -> torch.Tensor:
+        return self._stack[: self.n_free]
+
+    @property
+    def n_used(self) -> int:
+        return self.num_slots - self.n_free

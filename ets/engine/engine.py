@@ -1,0 +1,238 @@
+"""The engine's public face: generate, expand/release, score, stats, check.
+
+It wires the parts together (pool -> allocator -> radix tree -> scheduler -> runner) and
+turns calls into `Seq`s. Each call runs to completion before returning; the only state
+that survives a call is the KV cache (the radix tree) and the handles `expand` returned.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import torch
+
+from ets.engine.allocator import SlotAllocator
+from ets.engine.pool import KVPool
+from ets.engine.prefix import shared_prefixes
+from ets.engine.radix import RadixNode, RadixTree
+from ets.engine.runner import ModelRunner
+from ets.engine.sampling import SamplingParams, StopChecker, make_generator, stop_flags
+from ets.engine.scheduler import Scheduler
+from ets.engine.sequence import Seq
+from ets.engine.table import SlotTable
+
+
+COUNTERS = ("cache_hit_tokens", "computed_tokens", "generated_tokens", "evicted_tokens", "preempted",
+            "peak_kv_tokens", "peak_live_kv_tokens")
+
+
+class Continuation(NamedTuple):
+    handle: int              # keeps this path cached until `Engine.release([handle])`
+    token_ids: list[int]     # the new tokens (an EOS or stop text that ended them included)
+    finish: str              # "eos", "stop" or "length"
+
+
+class Engine:
+    def __init__(self, model, tokenizer=None, kv_budget_tokens: int = 65536, max_batch_tokens: int = 8192):
+        if max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.pool = KVPool.for_model(model.config, kv_budget_tokens, self.dtype, self.device)
+        self.allocator = SlotAllocator(kv_budget_tokens, self.device)
+        self.tree = RadixTree(self.device)
+        self.table = SlotTable(self.device)
+        self.counters = dict.fromkeys(
+            COUNTERS, 0)
+        runner = ModelRunner(model, self.pool, self.table)
+        self.scheduler = Scheduler(runner, self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
+        self.handles: dict[int, RadixNode] = {}
+        self._next_handle = 0
+        self._flags: dict[tuple, list[bool]] = {}
+        self.eos_ids = _eos_ids(model, tokenizer)
+
+    @classmethod
+    def from_pretrained(cls, path_or_model, kv_budget_tokens: int = 65536, device: str = "cpu",
+                        dtype: str | torch.dtype = "float32", tokenizer=None, max_batch_tokens: int = 8192,
+                        seed: int = 0) -> "Engine":
+        """From a path, hub name or `tiny:<arch>` (loaded with its tokenizer), or from a
+        built model (then `device`/`dtype` are its own; pass `tokenizer` for stop strings)."""
+        if isinstance(path_or_model, str):
+            from ets.models import load_causal_lm
+
+            model, loaded_tok = load_causal_lm(path_or_model, device, dtype, seed=seed)
+            tokenizer = tokenizer or loaded_tok
+        else:
+            model = path_or_model
+        return cls(model, tokenizer, kv_budget_tokens, max_batch_tokens)
+
+    # ------------------------------------------------------------- generation
+    def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 1.0,
+                 top_p: float = 1.0, top_k: int = 0, stop: Sequence[str | int] = (), seed: int | None = None,
+                 ignore_eos: bool = False) -> list[list[int]]:
+        """New tokens for each prompt (prompts may share prefixes; their KV stays cached)."""
+        params = self._params(max_new_tokens, temperature, top_p, top_k, stop, ignore_eos)
+        requests = [(p, 1) for p in prompts]
+        seqs = self._seqs(requests, params, seed, lock=False)
+        self._prefill_shared([(tuple(p), len(p) - 1, 1) for p in prompts])
+        self.scheduler.run(seqs)
+        return [s.new_tokens for s in seqs]
+
+    def expand(self, requests: list[tuple[list[int], int]], max_new_tokens: int = 64, temperature: float = 1.0,
+               top_p: float = 1.0, top_k: int = 0, stop: Sequence[str | int] = (), seed: int | None = None,
+               ignore_eos: bool = False) -> list[list[Continuation]]:
+        """`n` continuations of each `(token_ids, n)`; each keeps its path (`token_ids` +
+        new tokens, except the last new token, whose KV is not computed yet) locked in the
+        cache until its handle is released."""
+        params = self._params(max_new_tokens, temperature, top_p, top_k, stop, ignore_eos)
+        seqs = self._seqs(requests, params, seed, lock=True)
+        try:
+            self._prefill_shared([(tuple(t), len(t) - 1, n) for t, n in requests])
+            self.scheduler.run(seqs)
+        except BaseException:  # no handles go out: unlock what finished before the error
+            for seq in seqs:
+                if seq.result_node is not None:
+                    self.tree.unlock(seq.result_node)
+            raise
+        out, it = [], iter(seqs)
+        for _, n in requests:
+            conts = []
+            for seq in (next(it) for _ in range(n)):
+                handle, self._next_handle = self._next_handle, self._next_handle + 1
+                self.handles[handle] = seq.result_node
+                conts.append(Continuation(handle, seq.new_tokens, seq.finish))
+            out.append(conts)
+        return out
+
+    def release(self, handles: Sequence[int]) -> None:
+        """Unlock these paths: their KV becomes evictable (LRU), not freed at once."""
+        for h in handles:
+            node = self.handles.pop(h, None)
+            if node is None:
+                raise KeyError(f"unknown or already released handle {h}")
+            self.tree.unlock(node)
+
+    def _prefill_shared(self, items: list[tuple[tuple[int, ...], int, int]]) -> None:
+        """Compute, once each, the uncached prefixes that several of a call's sequences
+        share (see ets/engine/prefix.py); items are (tokens, cacheable length, count)."""
+        prefixes = [p for p in shared_prefixes(items) if self.tree.match(list(p))[1].numel() < len(p)]
+        if prefixes:
+            self._prefill_shared([(p, len(p), 1) for p in prefixes])  # what they share, first
+            self.scheduler.run([Seq(list(p), len(p)) for p in prefixes])
+
+    def _params(self, max_new_tokens, temperature, top_p, top_k, stop, ignore_eos) -> SamplingParams:
+        stop = [stop] if isinstance(stop, (str, int)) else list(stop or ())
+        return SamplingParams(
+            max_new_tokens, float(temperature), float(top_p), int(top_k),
+            frozenset(s for s in stop if isinstance(s, int)), tuple(s for s in stop if isinstance(s, str)),
+            ignore_eos,
+        )
+
+    def _seqs(self, requests, params: SamplingParams, seed: int | None, lock: bool) -> list[Seq]:
+        if seed is None:  # still reproducible under torch.manual_seed
+            seed = int(torch.randint(0, 2**31 - 1, ()).item())
+        flags = None
+        if params.stop_strings and self.tokenizer is not None:
+            if params.stop_strings not in self._flags:
+                self._flags[params.stop_strings] = stop_flags(self.tokenizer, params.stop_strings)
+            flags = self._flags[params.stop_strings]
+        stopper = StopChecker(params, self.eos_ids, self.tokenizer, flags)
+        seqs = []
+        for token_ids, n in requests:
+            if not token_ids:
+                raise ValueError("cannot continue an empty token list: start prompts with at least one token (e.g. BOS)")
+            self._check_length(len(token_ids) + params.max_new_tokens)
+            for _ in range(n):
+                gen = None if params.greedy else make_generator((seed * 1_000_003 + len(seqs)) % 2**63, self.device)
+                seqs.append(Seq(list(token_ids), len(token_ids), params, stopper, gen, lock_result=lock))
+        return seqs
+
+    def _check_length(self, n: int) -> None:
+        if n > self.pool.num_slots:
+            raise ValueError(f"a sequence of up to {n} tokens cannot fit a KV pool of "
+                             f"{self.pool.num_slots} tokens; raise kv_budget_tokens")
+
+    # ---------------------------------------------------------------- scoring
+    def score(self, sequences: list[list[int]], positions: list[list[int]],
+              hidden_states: bool = False) -> list[torch.Tensor]:
+        """For each sequence, the logits [len(positions), V] (or final hidden states
+        [len(positions), hidden]) at the given positions (0-based; position p is the output
+        after reading token p). Cached prefixes are reused; the sequences stay cached."""
+        if len(sequences) != len(positions):
+            raise ValueError("score: one list of positions per sequence")
+        seqs = []
+        for tokens, pos in zip(sequences, positions):
+            if not pos or min(pos) < 0 or max(pos) >= len(tokens):
+                raise ValueError(f"score: positions {pos} must be non-empty and within 0..{len(tokens) - 1}")
+            self._check_length(len(tokens))
+            seqs.append(Seq(list(tokens), len(tokens), positions=list(pos)))
+        self._prefill_shared([(tuple(s.tokens), s.match_limit(), 1) for s in seqs])
+        self.scheduler.run(seqs, hidden=hidden_states)
+        out = []
+        for seq in seqs:
+            stacked = torch.cat(seq.outputs)  # rows in order of sorted(set(positions))
+            order = {p: i for i, p in enumerate(sorted(set(seq.positions)))}
+            out.append(stacked[[order[p] for p in seq.positions]])
+        return out
+
+    # ------------------------------------------------------------- accounting
+    def evict(self) -> int:
+        """Drop every unlocked cache entry now; returns how many tokens were freed."""
+        freed = self.tree.evict(self.tree.evictable_tokens)
+        self.allocator.free(freed)
+        self.counters["evicted_tokens"] += freed.numel()
+        return freed.numel()
+
+    def reset_stats(self) -> None:
+        """Zero the counters; peaks restart from what is resident now."""
+        for key in COUNTERS:
+            self.counters[key] = 0
+        self.counters["peak_kv_tokens"] = self.allocator.n_used
+        self.counters["peak_live_kv_tokens"] = self.tree.locked_tokens
+
+    def stats(self) -> dict[str, int]:
+        """resident_* = everything the pool holds (locked paths, running sequences and
+        unlocked LRU cache); locked_kv_tokens = the paths held by live handles;
+        peak_live_kv_tokens = the most that had to be resident (locked + running)."""
+        resident = self.allocator.n_used
+        return {
+            "resident_kv_tokens": resident,
+            "resident_kv_bytes": resident * self.pool.bytes_per_token,
+            "locked_kv_tokens": self.tree.locked_tokens,
+            "evictable_kv_tokens": self.tree.evictable_tokens,
+            "pool_kv_tokens": self.pool.num_slots,
+            "pool_kv_bytes": self.pool.num_bytes,
+            "live_handles": len(self.handles),
+            **self.counters,
+        }
+
+    def check(self) -> None:
+        """Raise AssertionError if an invariant is broken: every pool slot is free, cached or
+        in use exactly once; ref counts are what the live locks imply (never negative);
+        every locked path is reachable from the root."""
+        self.tree.check()
+        n = self.pool.num_slots
+        parts = [self.allocator.free_slots(), self.tree.all_slots(), *self.scheduler.in_use_slots()]
+        every = torch.cat(parts)
+        assert every.numel() == n, f"{every.numel()} slots accounted for, pool has {n}"
+        counts = torch.bincount(every, minlength=n)
+        assert counts.numel() == n and bool((counts == 1).all()), "a slot is held twice or lost"
+        expected: dict[int, int] = {}
+        for node in [*self.handles.values(), *self.scheduler.lock_targets()]:
+            assert self.tree.reachable(node), "a locked path is no longer in the tree"
+            while node is not self.tree.root:
+                expected[id(node)] = expected.get(id(node), 0) + 1
+                node = node.parent
+        for node in self.tree._nodes():
+            assert node.ref_count == expected.get(id(node), 0), "ref count differs from live locks"
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None), tokenizer):
+        eos = getattr(source, "eos_token_id", None) if source is not None else None
+        if eos is not None:
+            ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
+    return ids

@@ -1,0 +1,43 @@
+"""The KV pool: preallocated key/value tensors, one pair per layer, indexed by slot.
+
+A *slot* holds one token's keys and values for every layer. The pool only stores; it
+does not know which slots are in use (the allocator does) nor what they mean (the radix
+tree and the running sequences do). Its size is the engine's whole KV memory budget:
+nothing else allocates KV.
+
+    k[layer]: [num_kv_heads, num_slots, head_dim]   (v[layer] the same)
+
+Heads first: a gather of slots along dim 1 gives [Hkv, B, L, D], already batched by kv head
+for the attention matmuls (no permute copy), and K^T is a free transposed view.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVPool:
+    def __init__(self, num_layers: int, num_slots: int, num_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str):
+        if num_slots < 1:
+            raise ValueError(f"kv_budget_tokens must be >= 1, got {num_slots}")
+        shape = (num_kv_heads, num_slots, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.num_slots = num_slots
+        self.device = torch.device(device)
+        # keys + values, every layer, for one token
+        self.bytes_per_token = 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+    @classmethod
+    def for_model(cls, config, num_slots: int, dtype: torch.dtype, device) -> "KVPool":
+        """A pool shaped for a `transformers` decoder config (text config of composite models)."""
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        return cls(config.num_hidden_layers, num_slots, kv_heads, head_dim, dtype, device)
+
+    @property
+    def num_bytes(self) -> int:
+        return self.num_slots * self.bytes_per_token

@@ -1,0 +1,205 @@
+"""The prefix index: a token-level radix tree mapping cached token prefixes to pool slots.
+
+Like SGLang's RadixAttention. Each edge holds a run of tokens and the slots of their KV;
+the path from the root to a node spells a cached prefix, and concatenating the slots
+along it gives that prefix's KV. A prefix is stored once however many paths share it.
+
+    root ─[12 7 9 4]─ A ─[5 5]─ B        path(B) = 12 7 9 4 5 5
+                       └─[8 1 3]─ C      path(C) = 12 7 9 4 8 1 3
+
+Invariants (checked by `check`):
+- every non-root node has a non-empty key, `len(key) == len(slots)`, and sits in its
+  parent's `children` under its first token;
+- `ref_count >= 0`; `lock(node)` adds one to every node from `node` to the root, so a
+  parent's count is at least each child's, and a locked node's whole path is locked;
+- `evictable_tokens` / `locked_tokens` are the token counts of nodes with ref 0 / ref > 0;
+- only unlocked leaves are evicted; slots handed back by `evict` are no longer in the tree.
+The slot tensors returned by `match` are only safe to use while their node is locked.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+import torch
+
+
+class RadixNode:
+    __slots__ = ("key", "slots", "children", "parent", "ref_count", "timestamp")
+
+    def __init__(self, key: list[int], slots: torch.Tensor, parent: "RadixNode | None"):
+        self.key = key
+        self.slots = slots
+        self.children: dict[int, RadixNode] = {}
+        self.parent = parent
+        self.ref_count = 0
+        self.timestamp = 0
+
+    def __lt__(self, other: "RadixNode") -> bool:  # heap order: least recently used first
+        return self.timestamp < other.timestamp
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # the common case, at C speed
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i
+
+
+class RadixTree:
+    def __init__(self, device: torch.device | str):
+        self.device = torch.device(device)
+        self.root = RadixNode([], torch.empty(0, dtype=torch.long, device=self.device), None)
+        self.root.ref_count = 1  # the root is never evicted
+        self.evictable_tokens = 0
+        self.locked_tokens = 0
+        self._clock = itertools.count(1)
+
+    # ------------------------------------------------------------------ lookup
+    def match(self, tokens: list[int]) -> tuple[RadixNode, torch.Tensor]:
+        """The deepest node whose path is a prefix of `tokens`, and that path's slots.
+
+        A node matched only partly is split so that the returned node ends exactly where
+        the match ends. Lock the node before allocating anything, or its slots may be evicted.
+        """
+        node, parts, i = self.root, [], 0
+        now = next(self._clock)
+        while i < len(tokens):
+            child = node.children.get(tokens[i])
+            if child is None:
+                break
+            k = _common_prefix(child.key, tokens[i:i + len(child.key)])
+            if k < len(child.key):
+                child = self._split(child, k)
+            child.timestamp = now
+            parts.append(child.slots)
+            node, i = child, i + k
+        slots = torch.cat(parts) if parts else self.root.slots
+        return node, slots
+
+    def insert(self, tokens: list[int], slots: torch.Tensor) -> tuple[RadixNode, int]:
+        """Cache `tokens` with their `slots`; returns (node ending at `tokens`, n_existing).
+
+        The first `n_existing` tokens were already cached: the tree keeps its own slots for
+        them and the caller must free (or keep using) `slots[:n_existing]`. The rest of
+        `slots` now belongs to the tree.
+        """
+        node, i = self.root, 0
+        now = next(self._clock)
+        while i < len(tokens):
+            child = node.children.get(tokens[i])
+            if child is None:
+                leaf = RadixNode(tokens[i:], slots[i:], node)
+                leaf.timestamp = now
+                node.children[tokens[i]] = leaf
+                self.evictable_tokens += len(leaf.key)
+                return leaf, i
+            k = _common_prefix(child.key, tokens[i:i + len(child.key)])
+            if k < len(child.key):
+                child = self._split(child, k)
+            child.timestamp = now
+            node, i = child, i + k
+        return node, i
+
+    def _split(self, child: RadixNode, k: int) -> RadixNode:
+        """Cut `child`'s edge after k tokens; returns the new upper node.
+
+            parent ─[a b c d e]─ child    =>    parent ─[a b]─ upper ─[c d e]─ child
+        `child` keeps its identity (locks held on it still end at the same place).
+        """
+        upper = RadixNode(child.key[:k], child.slots[:k], child.parent)
+        upper.ref_count, upper.timestamp = child.ref_count, child.timestamp
+        upper.parent.children[child.key[0]] = upper
+        child.key, child.slots, child.parent = child.key[k:], child.slots[k:], upper
+        upper.children[child.key[0]] = child
+        return upper
+
+    # ----------------------------------------------------------------- locking
+    def lock(self, node: RadixNode) -> None:
+        """Protect `node`'s whole path from eviction (counts; pair with `unlock`)."""
+        while node is not self.root:
+            if node.ref_count == 0:
+                self.evictable_tokens -= len(node.key)
+                self.locked_tokens += len(node.key)
+            node.ref_count += 1
+            node = node.parent
+
+    def unlock(self, node: RadixNode) -> None:
+        while node is not self.root:
+            assert node.ref_count > 0, "unlock of a node that is not locked"
+            node.ref_count -= 1
+            if node.ref_count == 0:
+                self.evictable_tokens += len(node.key)
+                self.locked_tokens -= len(node.key)
+            node = node.parent
+
+    # ---------------------------------------------------------------- eviction
+    def evict(self, n_tokens: int) -> torch.Tensor:
+        """Drop least-recently-used unlocked leaves until >= n_tokens are freed (or nothing
+        unlocked is left); returns the freed slots. `evict(0)` is always safe."""
+        if n_tokens <= 0 or self.evictable_tokens == 0:
+            return self.root.slots
+        heap = [n for n in self._nodes() if not n.children and n.ref_count == 0]
+        heapq.heapify(heap)
+        freed, count = [], 0
+        while heap and count < n_tokens:
+            leaf = heapq.heappop(heap)
+            parent = leaf.parent
+            del parent.children[leaf.key[0]]
+            freed.append(leaf.slots)
+            count += len(leaf.key)
+            self.evictable_tokens -= len(leaf.key)
+            if parent is not self.root and not parent.children and parent.ref_count == 0:
+                heapq.heappush(heap, parent)
+        return torch.cat(freed) if freed else self.root.slots
+
+    # ------------------------------------------------------------------ checks
+    def _nodes(self):
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if node is not self.root:
+                yield node
+            stack.extend(node.children.values())
+
+    def all_slots(self) -> torch.Tensor:
+        parts = [n.slots for n in self._nodes()]
+        return torch.cat(parts) if parts else self.root.slots
+
+    def path_of(self, node: RadixNode) -> list[int]:
+        keys = []
+        while node is not self.root:
+            keys.append(node.key)
+            node = node.parent
+        return [t for key in reversed(keys) for t in key]
+
+    def reachable(self, node: RadixNode) -> bool:
+        """Whether `node` is still attached: its parents lead to the root through
+        `children` links (an evicted or detached node does not)."""
+        while node is not self.root:
+            parent = node.parent
+            if parent is None or not node.key or parent.children.get(node.key[0]) is not node:
+                return False
+            node = parent
+        return True
+
+    def check(self) -> None:
+        """Raise AssertionError if an invariant of this tree is broken."""
+        evictable = locked = 0
+        for node in self._nodes():
+            assert node.key, "empty edge below the root"
+            assert len(node.key) == node.slots.numel(), "key and slots differ in length"
+            assert node.parent.children.get(node.key[0]) is node, "node not under its first token"
+            assert node.ref_count >= 0, "negative ref count"
+            for child in node.children.values():
+                assert child.ref_count <= node.ref_count, "child locked more often than its parent"
+            if node.ref_count == 0:
+                evictable += len(node.key)
+            else:
+                locked += len(node.key)
+        assert evictable == self.evictable_tokens, f"evictable {self.evictable_tokens} != {evictable}"
+        assert locked == self.locked_tokens, f"locked {self.locked_tokens} != {locked}"

@@ -1,0 +1,128 @@
+"""The model runner: one forward of the model's own code over a packed batch of chunks.
+
+It turns the scheduler's chunks (a sequence's next new tokens and the slots chosen for
+them) into `input_ids` / `position_ids` of shape [1, T], records the slots in the slot
+table, builds the attention metadata once, and runs the model with the paged attention
+function switched on for this call only (the same model object can serve other code,
+e.g. the `transformers` baseline, between calls). It owns no memory decisions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import NamedTuple
+
+import torch
+
+from ets.engine import attention, cascade
+from ets.engine.pool import KVPool
+from ets.engine.table import SlotTable
+
+
+class Chunk(NamedTuple):
+    row: int                 # the sequence's slot-table row
+    start: int               # position of the first new token (= tokens already computed)
+    token_ids: list[int]     # the new tokens
+    slots: torch.Tensor      # [len(token_ids)] pool slots for them
+    keep: list[int]          # offsets in the chunk whose outputs are returned
+    cluster: int = 0         # chunks with the same cluster share KV of positions < shared
+    shared: int = 0
+
+
+class ModelRunner:
+    def __init__(self, model, pool: KVPool, table: SlotTable):
+        attention.register()
+        self.model = model
+        self.pool = pool
+        self.table = table
+        self.device = pool.device
+
+    @contextlib.contextmanager
+    def _paged_attention(self):
+        """Route this model's attention through the pool for one forward, then restore it."""
+        config = self.model.config
+        previous = config._attn_implementation
+        config._attn_implementation = attention.ATTENTION_NAME
+        try:
+            yield
+        finally:
+            config._attn_implementation = previous
+
+    @torch.inference_mode()
+    def forward(self, chunks: list[Chunk], hidden: bool = False) -> list[torch.Tensor]:
+        """Per chunk, the logits (or final hidden states) at its `keep` offsets: [len(keep), V]."""
+        # Decode chunks first (by cluster), then prefill chunks: each group is contiguous.
+        order = sorted(range(len(chunks)), key=lambda i: (len(chunks[i].token_ids) > 1, chunks[i].cluster))
+        ordered = [chunks[i] for i in order]
+        ids: list[int] = []
+        pos: list[int] = []
+        keep: list[int] = []
+        for c in ordered:
+            base = len(ids)
+            ids.extend(c.token_ids)
+            pos.extend(range(c.start, c.start + len(c.token_ids)))
+            keep.extend(base + k for k in c.keep)
+            self.table.write(c.row, c.start, c.slots)
+        n_decode = sum(1 for c in ordered if len(c.token_ids) == 1)
+        groups = []
+        if n_decode:
+            groups.append(self._group(ordered[:n_decode], decode=True))
+        if n_decode < len(ordered):
+            groups.append(self._group(ordered[n_decode:], decode=False))
+        batch = attention.PackedBatch(self.pool.k, self.pool.v, torch.cat([c.slots for c in ordered]), groups)
+
+        dev = self.device
+        input_ids = torch.tensor([ids], dtype=torch.long, device=dev)
+        position_ids = torch.tensor([pos], dtype=torch.long, device=dev)
+        keep_t = torch.tensor(keep, dtype=torch.long, device=dev)
+        with self._paged_attention():
+            if hidden:
+                out = self.model.base_model(
+                    input_ids=input_ids, position_ids=position_ids, use_cache=False, ets_batch=batch
+                ).last_hidden_state[0, keep_t]
+            else:
+                out = self.model(
+                    input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                    logits_to_keep=keep_t, ets_batch=batch,
+                ).logits[0]
+        parts = out.split([len(c.keep) for c in ordered])
+        result: list[torch.Tensor] = [None] * len(chunks)  # type: ignore[list-item]
+        for i, part in zip(order, parts):
+            result[i] = part
+        return result
+
+    def _cascade(self, chunks: list[Chunk], rows: torch.Tensor) -> cascade.CascadeMeta | None:
+        """Cascade metadata when some decode chunks share a prefix (else plain attention)."""
+        cluster_of, member_of, seen = [], [], {}
+        for c in chunks:
+            if c.cluster not in seen:
+                seen[c.cluster] = [len(seen), 0]
+            entry = seen[c.cluster]
+            cluster_of.append(entry[0])
+            member_of.append(entry[1])
+            entry[1] += 1
+        if len(seen) == len(chunks):
+            return None
+        return cascade.build(rows, self.table.rows, [c.shared for c in chunks], cluster_of, member_of,
+                             [c.start + 1 for c in chunks], self.device)
+
+    def _group(self, chunks: list[Chunk], decode: bool) -> attention.AttentionGroup:
+        dev = self.device
+        rows = torch.tensor([c.row for c in chunks], dtype=torch.long, device=dev)
+        lens = [len(c.token_ids) for c in chunks]
+        starts = torch.tensor([c.start for c in chunks], dtype=torch.long, device=dev)
+        l_max = max(c.start + n for c, n in zip(chunks, lens))
+        kv_slots = self.table.rows[rows, :l_max]
+        if decode:
+            return attention.AttentionGroup(kv_slots, starts[:, None], None, len(chunks), self._cascade(chunks, rows))
+        # Padded query layout: token i of sequence b sits at b * q_max + i.
+        #   packed: [a0 a1 a2 | b0 b1]   ->   padded: [a0 a1 a2 | b0 b1 --]   (q_max = 3)
+        q_max = max(lens)
+        lens_t = torch.tensor(lens, dtype=torch.long, device=dev)
+        i = torch.arange(q_max, device=dev)
+        q_pos = starts[:, None] + torch.minimum(i[None, :], lens_t[:, None] - 1)
+        first = torch.cumsum(lens_t, 0) - lens_t  # packed index of each sequence's first token
+        n_tok = sum(lens)
+        shift = torch.repeat_interleave(torch.arange(len(chunks), device=dev) * q_max - first, lens_t, output_size=n_tok)
+        q_dst = torch.arange(n_tok, device=dev) + shift
+        return attention.AttentionGroup(kv_slots, q_pos, q_dst, n_tok)

@@ -1,0 +1,108 @@
+"""Sampling parameters, next-token sampling, and stop conditions.
+
+Every sequence has its own seeded `torch.Generator`, so sample j of request i depends only
+on (seed, i, j) and the model: not on which other sequences shared its batch, nor on
+preemption or cache hits. Temperature 0 is greedy (argmax, no generator draw).
+Filtering follows `transformers`' order: temperature, then top-k, then top-p.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0                       # 0 = off
+    stop_token_ids: frozenset = frozenset()
+    stop_strings: tuple = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def make_generator(seed: int, device) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator | None]) -> list[int]:
+    """One token per row of `logits` [B, V]; `generators[b]` draws row b's token."""
+    if params.greedy:
+        return logits.argmax(dim=-1).tolist()
+    logits = logits.float() / params.temperature
+    if params.top_k > 0 and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        # Drop the tail whose mass lies beyond top_p; the most likely token always stays.
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        beyond = probs.cumsum(dim=-1) - probs > params.top_p
+        sorted_logits = sorted_logits.masked_fill(beyond, float("-inf"))
+        logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+    probs = logits.softmax(dim=-1)
+    picks = [torch.multinomial(probs[b], 1, generator=generators[b]) for b in range(probs.shape[0])]
+    return torch.cat(picks).tolist()
+
+
+class StopChecker:
+    """Decides after each new token whether a sequence is done, and why.
+
+    finish reasons: "eos" (an EOS token; kept in the output), "stop" (a stop token id or
+    a stop string; the tokens that complete it are kept), "length" (max_new_tokens).
+    A stop string is looked for in the decoded last few tokens, and only after a token
+    whose own text could end it (it contains the string's last character or is a partial
+    UTF-8 byte): most steps decode nothing.
+    """
+
+    def __init__(self, params: SamplingParams, eos_ids: set[int], tokenizer=None, flags=None):
+        self.params = params
+        self.eos_ids = set() if params.ignore_eos else set(eos_ids)
+        self.stop_ids = set(params.stop_token_ids)
+        self.strings = params.stop_strings
+        if self.strings and tokenizer is None:
+            raise ValueError("stop strings need a tokenizer: pass tokenizer= to Engine.from_pretrained")
+        self.tokenizer = tokenizer
+        self.window = 4 * max((len(s) for s in self.strings), default=0) + 4
+        self.flags = flags  # list[bool] per token id: may this token complete a stop string?
+
+    def finish(self, new_tokens: list[int]) -> str | None:
+        tok = new_tokens[-1]
+        if tok in self.eos_ids:
+            return "eos"
+        if tok in self.stop_ids:
+            return "stop"
+        if self.strings and (self.flags is None or tok >= len(self.flags) or self.flags[tok]):
+            tail = self.tokenizer.decode(new_tokens[-self.window:], skip_special_tokens=False)
+            if any(s in tail for s in self.strings):
+                return "stop"
+        if len(new_tokens) >= self.params.max_new_tokens:
+            return "length"
+        return None
+
+
+def stop_flags(tokenizer, strings: tuple[str, ...]) -> list[bool]:
+    """Per token id: whether that token's text could complete one of `strings`."""
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=False)
+    last = {s[-1] for s in strings}
+    loose = any(s[-1].isspace() for s in strings)  # some decoders drop a lone token's spaces
+    return [loose or "\ufffd" in t or any(ch in t for ch in last) for t in texts]

@@ -1,0 +1,209 @@
+"""The scheduler: admits sequences, packs each step's chunks, and makes every memory decision.
+
+One step (`_step`), in order:
+1. admit waiting sequences: match their longest cached prefix and lock it; admission stops
+   while the pool (free + evictable) could not hold the newcomer's uncached tokens plus
+   one token per running sequence;
+2. schedule chunks, oldest sequence first, up to `max_batch_tokens` new tokens: a decode
+   sequence gets 1 token, a prefilling one the rest of its uncomputed tokens (or what the
+   budget leaves). Slots come from the allocator; when it runs short the radix tree
+   evicts unlocked LRU leaves; when nothing is evictable the youngest running sequence is
+   preempted: its computed KV is handed to the tree (unlocked, so it may survive and be
+   reused on re-admission) and it goes back to the front of the queue;
+3. run the model on the packed chunks; sample for sequences whose tokens are all computed;
+4. finish sequences that stopped: insert their path into the tree, free duplicate slots,
+   lock the result if asked (expand), unlock the prefix.
+A sequence never reads a slot it does not hold a lock on or own, so preemption and
+eviction cannot corrupt another sequence's cache.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+from ets.engine.allocator import SlotAllocator
+from ets.engine.radix import RadixTree
+from ets.engine.runner import Chunk, ModelRunner
+from ets.engine.sampling import sample
+from ets.engine.sequence import Seq
+from ets.engine.table import SlotTable
+
+
+class EngineMemoryError(RuntimeError):
+    """The pool cannot make progress: locked paths (unreleased handles) fill it."""
+
+
+class Scheduler:
+    def __init__(self, runner: ModelRunner, allocator: SlotAllocator, tree: RadixTree,
+                 table: SlotTable, max_batch_tokens: int, counters: dict[str, int]):
+        self.runner, self.allocator, self.tree, self.table = runner, allocator, tree, table
+        self.max_batch_tokens = max_batch_tokens
+        self.counters = counters
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+
+    def run(self, seqs: list[Seq], hidden: bool = False) -> None:
+        """Run `seqs` to completion (results are left on each `Seq`)."""
+        self.waiting.extend(seqs)
+        try:
+            while self.waiting or self.running:
+                self._step(hidden)
+        except BaseException:
+            self._abort()
+            raise
+
+    # ------------------------------------------------------------------ step
+    def _step(self, hidden: bool) -> None:
+        self._admit()
+        if not self.running and not self.waiting:  # admission finished everything
+            return
+        chunks, owners = self._schedule()
+        if not chunks:
+            raise EngineMemoryError(
+                f"the KV pool ({self.allocator.num_slots} tokens) is full of locked paths "
+                f"({self.tree.locked_tokens} tokens): release handles or raise kv_budget_tokens"
+            )
+        outs = self.runner.forward(chunks, hidden=hidden)
+        to_sample: list[tuple[Seq, torch.Tensor]] = []
+        for seq, chunk, out in zip(owners, chunks, outs):
+            seq.kv_len += len(chunk.token_ids)
+            self.counters["computed_tokens"] += len(chunk.token_ids)
+            if seq.scoring:
+                seq.outputs.append(out)
+                if seq.kv_len == len(seq.tokens):
+                    self._finish(seq)
+            elif seq.kv_len == len(seq.tokens):
+                to_sample.append((seq, out[-1]))
+        if to_sample:
+            self._sample(to_sample)
+
+    def _sample(self, items: list[tuple[Seq, torch.Tensor]]) -> None:
+        # Sequences of one call share their parameters; group in case calls ever mix.
+        by_params: dict = {}
+        for seq, logits in items:
+            by_params.setdefault(seq.params, []).append((seq, logits))
+        for params, group in by_params.items():
+            logits = torch.stack([lg for _, lg in group])
+            tokens = sample(logits, params, [seq.generator for seq, _ in group])
+            for (seq, _), tok in zip(group, tokens):
+                seq.tokens.append(tok)
+                self.counters["generated_tokens"] += 1
+                seq.finish = seq.stopper.finish(seq.new_tokens)
+                if seq.finish is not None:
+                    self._finish(seq)
+
+    # ------------------------------------------------------------- admission
+    def _admit(self) -> None:
+        while self.waiting:
+            seq = self.waiting[0]
+            node, slots = self.tree.match(seq.tokens[: seq.match_limit()])
+            self.tree.lock(node)
+            need = len(seq.tokens) - slots.numel() + len(self.running)
+            if self.running and need > self.allocator.n_free + self.tree.evictable_tokens:
+                self.tree.unlock(node)
+                return
+            self.waiting.popleft()
+            growth = 0 if seq.scoring else seq.params.max_new_tokens
+            seq.row = self.table.acquire(len(seq.tokens) + growth)
+            self.table.write(seq.row, 0, slots)
+            seq.prefix_node, seq.prefix_len, seq.kv_len = node, slots.numel(), slots.numel()
+            seq.outputs = []
+            self.counters["cache_hit_tokens"] += slots.numel()
+            self.running.append(seq)
+            if seq.kv_len == len(seq.tokens):  # prefill-only and fully cached: done
+                self._finish(seq)
+
+    # ------------------------------------------------------------ scheduling
+    def _schedule(self) -> tuple[list[Chunk], list[Seq]]:
+        budget = self.max_batch_tokens
+        chunks: list[Chunk] = []
+        owners: list[Seq] = []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(len(seq.tokens) - seq.kv_len, budget)
+            slots = self._alloc(n, seq)
+            if slots is None:  # `seq` itself was preempted; everyone after it too
+                break
+            n = slots.numel()
+            start = seq.kv_len
+            chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], slots, seq.chunk_keep(start, n),
+                                id(seq.prefix_node), seq.prefix_len))
+            owners.append(seq)
+            budget -= n
+            i += 1
+        return chunks, owners
+
+    def _alloc(self, n: int, seq: Seq) -> torch.Tensor | None:
+        """n slots for `seq`, evicting and then preempting younger sequences as needed."""
+        while True:
+            short = n - self.allocator.n_free
+            if short > 0:
+                freed = self.tree.evict(short)
+                self.allocator.free(freed)
+                self.counters["evicted_tokens"] += freed.numel()
+            if self.allocator.n_free >= n:
+                slots = self.allocator.alloc(n)
+                used = self.allocator.n_used
+                self.counters["peak_kv_tokens"] = max(self.counters["peak_kv_tokens"], used)
+                # what had to be resident: locked paths + running sequences (not the LRU cache)
+                live = used - self.tree.evictable_tokens
+                self.counters["peak_live_kv_tokens"] = max(self.counters["peak_live_kv_tokens"], live)
+                return slots
+            if self.running[-1] is not seq:  # younger sequences give way to older ones
+                self._preempt(self.running[-1])
+                continue
+            if len(self.running) > 1:  # `seq` is the youngest: it waits
+                self._preempt(seq)
+                return None
+            # Alone and still short: a partial chunk if anything is free; else only
+            # releasing handles can help (the caller raises).
+            return self.allocator.alloc(self.allocator.n_free) if self.allocator.n_free else None
+
+    def _preempt(self, seq: Seq) -> None:
+        self._hand_to_tree(seq)
+        seq.kv_len = seq.prefix_len = 0
+        seq.outputs = []
+        self.waiting.appendleft(seq)
+        self.counters["preempted"] += 1
+
+    # ---------------------------------------------------------------- finish
+    def _finish(self, seq: Seq) -> None:
+        node = self._hand_to_tree(seq)
+        if seq.lock_result:
+            self.tree.lock(node)
+            seq.result_node = node
+
+    def _hand_to_tree(self, seq: Seq):
+        """Cache `seq`'s computed tokens in the tree, drop its lock and row; returns the
+        node ending at its computed length (unlocked)."""
+        slots = self.table.rows[seq.row, : seq.kv_len].clone()  # the row is reused later
+        node, existing = self.tree.insert(seq.tokens[: seq.kv_len], slots)
+        if existing > seq.prefix_len:  # computed here, but cached meanwhile by a sibling
+            self.allocator.free(slots[seq.prefix_len:existing])
+        self.tree.lock(node)  # keep the new path safe while the prefix lock moves
+        self.tree.unlock(seq.prefix_node)
+        self.tree.unlock(node)
+        self.table.release(seq.row)
+        self.running.remove(seq)
+        seq.row, seq.prefix_node = -1, None
+        return node
+
+    def _abort(self) -> None:
+        """After an error: give back every slot, lock and row held by unfinished sequences."""
+        for seq in list(self.running):
+            self.allocator.free(self.table.rows[seq.row, seq.prefix_len: seq.kv_len].clone())
+            self.tree.unlock(seq.prefix_node)
+            self.table.release(seq.row)
+            seq.row, seq.prefix_node = -1, None
+        self.running.clear()
+        self.waiting.clear()
+
+    def in_use_slots(self) -> list[torch.Tensor]:
+        """Slots owned by running sequences (not in the tree, not free)."""
+        return [self.table.rows[s.row, s.prefix_len: s.kv_len] for s in self.running]
+
+    def lock_targets(self) -> list:
+        return [s.prefix_node for s in self.running]

@@ -1,0 +1,70 @@
+"""One request inside the engine: its tokens and where its KV lives.
+
+    tokens:  [ prompt ............ | generated ...... ]
+    KV:      [ prefix (tree, locked) | own slots | not yet computed ]
+              0              prefix_len        kv_len          len(tokens)
+
+- `prefix_node` is the radix node ending at `prefix_len`, locked while the sequence runs,
+  so the prefix slots cannot be evicted under it;
+- `own_slots` were allocated for this sequence and are in no other structure; at the end
+  they are inserted into the tree (duplicates of tokens cached meanwhile are freed);
+- a generating sequence samples once `kv_len == len(tokens)`; its last sampled token is
+  never computed (nothing needs its KV until the path is continued);
+- a scoring sequence has fixed tokens and collects outputs at `positions`.
+A waiting sequence (not admitted, or preempted) holds no slots, no lock and no row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ets.engine.radix import RadixNode
+from ets.engine.sampling import SamplingParams, StopChecker
+
+
+@dataclass(eq=False)
+class Seq:
+    tokens: list[int]
+    n_prompt: int
+    params: SamplingParams | None = None     # None: a scoring sequence
+    stopper: StopChecker | None = None
+    generator: torch.Generator | None = None
+    positions: list[int] = field(default_factory=list)   # scoring: outputs wanted here
+    outputs: list[torch.Tensor] = field(default_factory=list)
+    lock_result: bool = False                # keep the finished path locked (expand)
+    # --- runtime state, valid while admitted
+    row: int = -1
+    prefix_node: RadixNode | None = None
+    prefix_len: int = 0
+    own_slots: list[torch.Tensor] = field(default_factory=list)
+    kv_len: int = 0
+    # --- result
+    finish: str | None = None
+    result_node: RadixNode | None = None
+
+    @property
+    def scoring(self) -> bool:
+        return self.params is None
+
+    @property
+    def n_own(self) -> int:
+        return self.kv_len - self.prefix_len
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return self.tokens[self.n_prompt:]
+
+    def match_limit(self) -> int:
+        """How many leading tokens may come from the cache. The token before the first
+        output we need must be computed here: its output is what we want."""
+        if self.scoring:  # no positions: a prefill-only sequence (fills the cache)
+            return min(self.positions, default=len(self.tokens))
+        return len(self.tokens) - 1
+
+    def chunk_keep(self, start: int, n: int) -> list[int]:
+        """Offsets in the chunk [start, start + n) whose outputs this sequence needs."""
+        if self.scoring:
+            return [p - start for p in sorted(set(self.positions)) if start <= p < start + n]
+        return [n - 1] if start + n == len(self.tokens) else []

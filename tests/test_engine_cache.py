@@ -1,0 +1,135 @@
+"""The cache: locks, releases, eviction, preemption, and the accounting that reports them."""
+
+import pytest
+import torch
+
+from ets.engine import Engine, EngineMemoryError
+from ets.engine.radix import RadixTree
+from ets.tiny import build_tiny_model
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run only small ops: with 2 OpenMP threads on a shared 2-core machine an
+    op can wait on a descheduled thread (measured 10x slower); one thread is fast and steady."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_tok():
+    return build_tiny_model("llama", seed=2)
+
+
+def _tokens(n: int, seed: int) -> list[int]:
+    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def _unique(paths: list[list[int]]) -> int:
+    return len({tuple(p[: i + 1]) for p in paths for i in range(len(p))})
+
+
+def test_radix_tree_split_lock_evict():
+    tree = RadixTree("cpu")
+    a = tree.insert([1, 2, 3, 4], torch.tensor([10, 11, 12, 13]))[0]
+    b, existing = tree.insert([1, 2, 9], torch.tensor([20, 21, 22]))
+    assert existing == 2 and tree.path_of(b) == [1, 2, 9]
+    node, slots = tree.match([1, 2, 3, 7])
+    assert slots.tolist() == [10, 11, 12] and tree.path_of(node) == [1, 2, 3]
+    tree.lock(a)
+    tree.check()
+    assert tree.locked_tokens == 4 and tree.evictable_tokens == 1
+    assert tree.evict(100).tolist() == [22]  # only the unlocked leaf goes
+    tree.unlock(a)
+    assert sorted(tree.evict(100).tolist()) == [10, 11, 12, 13]
+    tree.check()
+    assert tree.evictable_tokens == tree.locked_tokens == 0
+
+
+def test_tree_of_expansions_and_releases(model_tok):
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=2048)
+    prompt = _tokens(20, seed=1)
+    live: dict[int, list[int]] = {}  # handle -> full path
+
+    def expand(path, n):
+        (conts,) = engine.expand([(path, n)], max_new_tokens=6, temperature=1.0, seed=len(live))
+        engine.check()
+        for c in conts:
+            live[c.handle] = path + c.token_ids
+        return conts
+
+    def release(handles):
+        engine.release(handles)
+        engine.check()
+        for h in handles:
+            del live[h]
+
+    def assert_accounting():
+        # A handle locks its path except the last token (not computed yet).
+        assert engine.stats()["locked_kv_tokens"] == _unique([p[:-1] for p in live.values()])
+
+    first = expand(prompt, 4)
+    assert_accounting()
+    second = expand(live[first[0].handle], 3) + expand(live[first[2].handle], 2)
+    assert_accounting()
+    release([first[1].handle, first[3].handle, second[0].handle])
+    assert_accounting()
+    engine.evict()
+    engine.check()
+    assert engine.stats()["resident_kv_tokens"] == engine.stats()["locked_kv_tokens"]
+    release(list(live))
+    engine.evict()
+    engine.check()
+    stats = engine.stats()
+    assert stats["resident_kv_tokens"] == stats["resident_kv_bytes"] == stats["locked_kv_tokens"] == 0
+
+
+def test_workload_larger_than_pool(model_tok):
+    model, tok = model_tok
+    prompts = [_tokens(30, seed=s) for s in range(4)] + [_tokens(30, seed=0)[:25]]
+    expected = Engine(model, tok, kv_budget_tokens=4096).generate(prompts, max_new_tokens=12, temperature=0)
+    # 5 sequences of up to 42 tokens (~190 with sharing) through a pool of 64 tokens.
+    small = Engine(model, tok, kv_budget_tokens=64, max_batch_tokens=40)
+    assert small.generate(prompts, max_new_tokens=12, temperature=0) == expected
+    small.check()
+    stats = small.stats()
+    assert stats["preempted"] > 0 and stats["evicted_tokens"] > 0
+    assert stats["peak_kv_tokens"] <= 64
+    # scoring under the same pressure
+    outs = small.score(prompts, [[29] if len(p) == 30 else [24] for p in prompts])
+    small.check()
+    for p, out in zip(prompts, outs):
+        torch.testing.assert_close(out[0], model(torch.tensor([p])).logits[0, -1], atol=1e-4, rtol=0)
+
+
+def test_locked_pool_raises_cleanly(model_tok):
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=64)
+    (conts,) = engine.expand([(_tokens(30, seed=3), 1)], max_new_tokens=10, temperature=0)
+    engine.check()  # 39 tokens locked, 25 free
+    with pytest.raises(EngineMemoryError):  # the short one finishes, the long one cannot
+        engine.expand([(_tokens(3, seed=5), 1), (_tokens(30, seed=4), 1)], max_new_tokens=10, temperature=0)
+    engine.check()  # nothing leaked by the failed call
+    assert engine.stats()["locked_kv_tokens"] == 39
+    engine.release([conts[0].handle])
+    assert len(engine.generate([_tokens(30, seed=4)], max_new_tokens=20, temperature=0)[0]) == 20
+    engine.check()
+    with pytest.raises(ValueError, match="kv_budget_tokens"):
+        engine.generate([_tokens(60, seed=5)], max_new_tokens=10)
+
+
+def test_shared_prefixes_are_computed_once(model_tok):
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=1024)
+    base = _tokens(20, seed=6)
+    prompts = [base + [5, 6], base + [7], base[:10] + [9, 9, 9]]
+    engine.generate(prompts, max_new_tokens=1, temperature=0)
+    engine.check()
+    assert engine.stats()["computed_tokens"] == _unique(prompts)  # each prompt token once
+    (conts,) = engine.expand([(base, 4)], max_new_tokens=3, temperature=0)
+    engine.check()
+    # 4 samples of a cached path: each computes its path's last token, then 2 decode steps
+    assert engine.stats()["computed_tokens"] == _unique(prompts) + 4 * 3

@@ -1,0 +1,154 @@
+"""The engine computes what the model computes: logits, hidden states, greedy tokens."""
+
+import pytest
+import torch
+
+from ets.engine import Engine
+from ets.tiny import ARCHS, build_tiny_model
+
+TOL = 1e-4
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run only small ops: with 2 OpenMP threads on a shared 2-core machine an
+    op can wait on a descheduled thread (measured 10x slower); one thread is fast and steady."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def model_tok(request):
+    return build_tiny_model(request.param, seed=1)
+
+
+def _tokens(n: int, seed: int) -> list[int]:
+    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@torch.no_grad()
+def _reference(model, tokens: list[int]) -> torch.Tensor:
+    return model(torch.tensor([tokens])).logits[0]
+
+
+def test_single_and_packed_logits(model_tok):
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=512)
+    seqs = [_tokens(n, seed=n) for n in (1, 13, 40, 7)]
+    for s in seqs[:1]:  # one sequence alone
+        (out,) = engine.score([s], [list(range(len(s)))])
+        engine.check()
+        torch.testing.assert_close(out, _reference(model, s), atol=TOL, rtol=0)
+    engine.evict()
+    outs = engine.score(seqs, [list(range(len(s))) for s in seqs])  # packed, different lengths
+    engine.check()
+    for s, out in zip(seqs, outs):
+        torch.testing.assert_close(out, _reference(model, s), atol=TOL, rtol=0)
+
+
+def test_resume_from_cached_prefix(model_tok):
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=512)
+    prefix = _tokens(30, seed=3)
+    engine.score([prefix], [[29]])
+    engine.check()
+    longer = [prefix + _tokens(9, seed=4), prefix[:20] + _tokens(5, seed=5)]  # full and partial hit
+    positions = [list(range(30, 39)), list(range(20, 25))]
+    outs = engine.score(longer, positions)
+    engine.check()
+    assert engine.stats()["cache_hit_tokens"] == 30 + 20
+    for s, pos, out in zip(longer, positions, outs):
+        torch.testing.assert_close(out, _reference(model, s)[pos], atol=TOL, rtol=0)
+
+
+def test_chunked_prefill_and_hidden_states(model_tok):
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=512, max_batch_tokens=7)
+    seqs = [_tokens(25, seed=6), _tokens(11, seed=7)]
+    positions = [[24, 3, 10, 3], [0, 10]]  # any order, repeats allowed
+    hidden = engine.score(seqs, positions, hidden_states=True)
+    engine.check()
+    for s, pos, out in zip(seqs, positions, hidden):
+        ref = model.base_model(torch.tensor([s])).last_hidden_state[0]
+        torch.testing.assert_close(out, ref[pos], atol=TOL, rtol=0)
+
+
+def test_greedy_generate_matches_transformers(model_tok):
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=1024)
+    base = _tokens(12, seed=8)
+    prompts = [base + _tokens(5, seed=9), base, _tokens(3, seed=10)]  # shared prefix, lengths differ
+    outs = engine.generate(prompts, max_new_tokens=16, temperature=0)
+    engine.check()
+    for prompt, out in zip(prompts, outs):
+        ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=16, do_sample=False)
+        assert out == ref[0, len(prompt):].tolist()
+    # again, now from the cache: same tokens
+    assert engine.generate(prompts, max_new_tokens=16, temperature=0) == outs
+    assert engine.stats()["cache_hit_tokens"] > 0
+    engine.check()
+
+
+def test_shared_prefix_decode_matches_transformers(model_tok):
+    """Samples of one path decode with cascade attention (the path read once)."""
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=1024)
+    prompts = [_tokens(20, seed=11), _tokens(7, seed=12)]
+    conts = engine.expand([(prompts[0], 3), (prompts[1], 2)], max_new_tokens=10, temperature=0)
+    engine.check()
+    for prompt, group in zip(prompts, conts):
+        ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             max_new_tokens=10, do_sample=False)[0, len(prompt):].tolist()
+        assert [c.token_ids for c in group] == [ref] * len(group)
+    # continue every sample by one more expansion: clusters now sit deeper in the tree
+    paths = [p + c.token_ids for p, group in zip(prompts, conts) for c in group]
+    more = engine.expand([(p, 2) for p in paths], max_new_tokens=4, temperature=0)
+    engine.check()
+    for p, group in zip(paths, more):
+        ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                             max_new_tokens=4, do_sample=False)[0, len(p):].tolist()
+        assert [c.token_ids for c in group] == [ref, ref]
+
+
+def test_cascade_equals_plain_attention():
+    """The shared-prefix decode path against plain SDPA on the same gathered context."""
+    from ets.engine import cascade
+    from ets.engine.attention import AttentionGroup, _attend_group
+
+    gen = torch.Generator().manual_seed(0)
+    kv_heads, heads, dim, n_slots = 2, 6, 16, 400
+    k_pool, v_pool = (torch.randn(kv_heads, n_slots, dim, generator=gen) for _ in range(2))
+    # clusters: 3 samples on a 40-token prefix, 1 on a 25-token prefix, 2 with no shared prefix
+    shared = [40, 40, 40, 25, 0, 0]
+    ends = [45, 41, 52, 30, 7, 12]
+    table = torch.randperm(n_slots, generator=gen)[: 6 * 64].view(6, 64)
+    table[1:3, :40] = table[0, :40]
+    rows = torch.arange(6)
+    meta = cascade.build(rows, table, shared, [0, 0, 0, 1, 2, 2], [0, 1, 2, 0, 0, 1], ends, "cpu")
+    q = torch.randn(6, heads, dim, generator=gen)
+    got = cascade.attend(meta, q, k_pool, v_pool, 0.3)
+    plain = AttentionGroup(table[:, : max(ends)], torch.tensor(ends)[:, None] - 1, None, 6)
+    torch.testing.assert_close(got, _attend_group(plain, q, k_pool, v_pool, 0.3, None), atol=1e-5, rtol=0)
+
+
+def test_sliding_window_model():
+    from transformers import AutoModelForCausalLM
+
+    from ets.tiny import build_tokenizer, tiny_config
+
+    tok = build_tokenizer()
+    config = tiny_config("mistral", vocab_size=len(tok), sliding_window=8, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    engine = Engine(model, tok, kv_budget_tokens=512)
+    seq = _tokens(30, seed=13)
+    (out,) = engine.score([seq], [list(range(30))])
+    torch.testing.assert_close(out, _reference(model, seq), atol=TOL, rtol=0)
+    (conts,) = engine.expand([(seq, 2)], max_new_tokens=8, temperature=0)
+    ref = model.generate(torch.tensor([seq]), attention_mask=torch.ones(1, 30, dtype=torch.long),
+                         max_new_tokens=8, do_sample=False)[0, 30:].tolist()
+    assert [c.token_ids for c in conts] == [ref, ref]
+    engine.check()

@@ -1,0 +1,74 @@
+"""The engine as the search controller's policy: same steps as the `transformers` baseline,
+and locks that follow the live nodes of the search."""
+
+import zlib
+
+import pytest
+import torch
+
+from ets.config import PolicyConfig, SearchConfig
+from ets.controller import search
+from ets.data import Problem
+from ets.engine import Engine
+from ets.engine.policy import EnginePolicy
+from ets.hf_policy import HFPolicy
+from ets.policy import ExpandRequest
+from ets.tiny import build_tiny_model
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run only small ops: with 2 OpenMP threads on a shared 2-core machine an
+    op can wait on a descheduled thread (measured 10x slower); one thread is fast and steady."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_tok():
+    return build_tiny_model("qwen2", seed=3)
+
+
+def test_engine_policy_matches_hf_policy_greedy(model_tok):
+    model, tok = model_tok
+    search = SearchConfig(temperature=0, max_step_tokens=8, width=4)
+    policy_cfg = PolicyConfig(model="tiny:qwen2", step_delimiter="a")  # a delimiter that occurs
+    engine_policy = EnginePolicy(Engine(model, tok, kv_budget_tokens=2048), policy_cfg, search)
+    hf_policy = HFPolicy(model, tok, policy_cfg, search)
+    _, prompt = engine_policy.format_prompt("What is 2 + 3?")
+    paths = {("q", 0): prompt}
+    for depth in range(2):
+        requests = [ExpandRequest(key, path, 2) for key, path in paths.items()]
+        got = engine_policy.expand(requests)
+        assert got == hf_policy.expand(requests)
+        engine_policy.release([r.key for r in requests])
+        engine_policy.engine.check()
+        paths = {("q", depth, i): r.token_ids + steps[0].token_ids for i, (r, steps) in enumerate(zip(requests, got))}
+    # only the last round's children hold locks now; releasing them all leaves nothing
+    assert engine_policy.stats()["locked_kv_tokens"] > 0
+    engine_policy.release_all()
+    assert engine_policy.stats()["locked_kv_tokens"] == 0
+    engine_policy.engine.check()
+
+
+
+def _score(questions, trajectories):
+    """A deterministic reward: a hash of the newest step text, in [0, 1]."""
+    return [[[zlib.crc32(s.encode()) % 1000 / 999 for s in traj] for traj in per_q] for per_q in trajectories]
+
+
+@pytest.mark.parametrize("method", ["beam", "rebase"])
+def test_controller_search_on_engine_equals_baseline(model_tok, method):
+    model, tok = model_tok
+    problems = [Problem(str(i), f"What is {i} + {i}?", str(2 * i), {}) for i in range(3)]
+    cfg = SearchConfig(method=method, width=4, max_step_tokens=5, max_depth=3, max_tokens=100, temperature=0)
+    policy_cfg = PolicyConfig(model="tiny:qwen2", step_delimiter="a")
+    engine = Engine(model, tok, kv_budget_tokens=4096)
+    on_engine = search(problems, EnginePolicy(engine, policy_cfg, cfg), _score, cfg, concurrency=2, save_trees=True)
+    baseline = search(problems, HFPolicy(model, tok, policy_cfg, cfg), _score, cfg, concurrency=2, save_trees=True)
+    assert [r["trajectories"] for r in on_engine] == [r["trajectories"] for r in baseline]
+    engine.check()
+    stats = engine.stats()
+    assert stats["cache_hit_tokens"] > stats["computed_tokens"] / 2

@@ -1,0 +1,59 @@
+"""Sampling is seeded per sequence and stops where it should."""
+
+import pytest
+import torch
+
+from ets.engine import Engine
+from ets.tiny import build_tiny_model
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run only small ops: with 2 OpenMP threads on a shared 2-core machine an
+    op can wait on a descheduled thread (measured 10x slower); one thread is fast and steady."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def model_tok():
+    return build_tiny_model("qwen2", seed=3)
+
+
+def _tokens(n: int, seed: int) -> list[int]:
+    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.mark.parametrize("params", [dict(temperature=1.0), dict(temperature=0.7, top_k=20, top_p=0.9)])
+def test_seeded_sampling_is_reproducible(model_tok, params):
+    model, tok = model_tok
+    requests = [(_tokens(15, seed=1), 3), (_tokens(9, seed=2), 2)]
+    first = Engine(model, tok, kv_budget_tokens=1024).expand(requests, max_new_tokens=6, seed=7, **params)
+    engine = Engine(model, tok, kv_budget_tokens=200, max_batch_tokens=8)  # other batching, a cache
+    engine.generate([requests[0][0]], max_new_tokens=3, seed=1)
+    again = engine.expand(requests, max_new_tokens=6, seed=7, **params)
+    engine.check()
+    assert [[c.token_ids for c in r] for r in again] == [[c.token_ids for c in r] for r in first]
+    other = engine.expand(requests, max_new_tokens=6, seed=8, **params)
+    assert [[c.token_ids for c in r] for r in other] != [[c.token_ids for c in r] for r in first]
+    samples = [c.token_ids for c in first[0]]
+    assert len({tuple(s) for s in samples}) > 1  # siblings differ
+
+
+def test_stop_strings_and_token_ids(model_tok):
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=1024)
+    prompt = _tokens(10, seed=3)
+    free = engine.generate([prompt], max_new_tokens=30, temperature=0)[0]
+    text_tokens = free[4:6]
+    stop_text = tok.decode(text_tokens)
+    out = engine.generate([prompt], max_new_tokens=30, temperature=0, stop=[stop_text])[0]
+    assert stop_text in tok.decode(out) and len(out) <= 6 and out == free[: len(out)]
+    out = engine.generate([prompt], max_new_tokens=30, temperature=0, stop=[free[2]])[0]
+    assert out == free[: free.index(free[2]) + 1]
+    (conts,) = engine.expand([(prompt, 1)], max_new_tokens=3, temperature=0)
+    assert conts[0].finish == "length" and conts[0].token_ids == free[:3]
+    engine.check()
+
