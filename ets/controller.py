@@ -43,6 +43,7 @@ class _Active:
     completed: list[Node] = field(default_factory=list)
     depth: int = 0
     strategy_metrics: Counter = field(default_factory=Counter)
+    handles: dict[int, Any] = field(default_factory=dict)  # node id -> the policy's lock
     kv_size_steps: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
 
@@ -105,7 +106,8 @@ def search(
             for node_id, n in a.alloc.items()
         ]
         steps = policy.expand(requests)
-        policy.release([r.key for r in requests])  # children lock the paths they extend
+        # The children now lock the paths they extend: the parents' own locks can go.
+        policy.release([a.handles.pop(node_id, None) for a in active for node_id in a.alloc])
 
         children: dict[int, list[Node]] = {a.index: [] for a in active}
         by_index = {a.index: a for a in active}
@@ -116,6 +118,7 @@ def search(
                 terminal = step.finish == "eos" or is_final_step(step.text)
                 child = a.tree.add_child(parent, step.text, step.token_ids, terminal)
                 child.tags["finish"] = step.finish
+                a.handles[child.id] = step.handle
                 children[a.index].append(child)
 
         _score_round(active, children, score_fn, name)
@@ -175,7 +178,7 @@ def _advance(a: _Active, new: list[Node], strategy: Strategy, config: SearchConf
         a.strategy_metrics.update(Counter(strategy.metrics) - before)
         _check_allocation(a.alloc, candidates, strategy)
     # Completed and pruned children will never be expanded: their KV may be evicted.
-    policy.release([(a.index, c.id) for c in new if c.id not in a.alloc])
+    policy.release([a.handles.pop(c.id, None) for c in new if c.id not in a.alloc])
     return bool(a.alloc)
 
 

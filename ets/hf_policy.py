@@ -69,8 +69,8 @@ class HFPolicy:
         self._stats["expand_calls"] += 1
         return out
 
-    def release(self, keys: list[Hashable]) -> None:
-        """Nothing is cached between calls, so there is nothing to release."""
+    def release(self, handles: list[Hashable | None]) -> None:
+        """Nothing is cached between calls (every handle is None): nothing to release."""
 
     def stats(self) -> dict[str, Any]:
         return dict(self._stats)

@@ -10,8 +10,11 @@ Contract:
 - a step's `token_ids` are the tokens generated after `request.token_ids`, delimiter
   included when generation stopped on it, so `request.token_ids + step.token_ids` is the
   child's path and can be continued as-is (no re-tokenisation);
-- `release(keys)` says that the nodes with these keys will never be expanded again, so a
-  caching policy may let their KV entries be evicted. Keys are opaque to the policy.
+- each step may carry a `handle`: the policy's lock on the step's path (the engine keeps
+  that KV cached while it is held). The controller passes every handle back to
+  `release` exactly once: a pruned or completed child's right after selection, an expanded
+  node's right after its children (which lock the same path) are made. `None` handles
+  (policies that cache nothing) are ignored.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, Hashable, NamedTuple, Protocol, runtime_checkable
 
 
 class ExpandRequest(NamedTuple):
-    key: Hashable            # the node this expands, e.g. (problem index, node id)
+    key: Hashable            # the caller's label of the node, e.g. (problem index, node id)
     token_ids: list[int]     # the node's full path: prompt + every step so far
     n: int                   # number of children to sample
 
@@ -29,6 +32,7 @@ class Step(NamedTuple):
     text: str                # decoded new tokens (delimiter included)
     token_ids: list[int]     # the new tokens
     finish: str              # "stop" (step delimiter), "eos", or "length" (max_step_tokens)
+    handle: Hashable | None = None  # the policy's lock on this path, for `release`
 
 
 @runtime_checkable
@@ -41,8 +45,8 @@ class Policy(Protocol):
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
         """`request.n` sampled continuations of each request, each ending one step."""
 
-    def release(self, keys: list[Hashable]) -> None:
-        """These nodes will not be expanded again."""
+    def release(self, handles: list[Hashable | None]) -> None:
+        """These steps' paths will not be extended again (their KV may be evicted)."""
 
     def stats(self) -> dict[str, Any]:
         """Counters of this policy (tokens generated, KV accounting where measured)."""

@@ -39,16 +39,25 @@ def test_engine_policy_matches_hf_policy_greedy(model_tok):
     hf_policy = HFPolicy(model, tok, policy_cfg, search)
     _, prompt = engine_policy.format_prompt("What is 2 + 3?")
     paths = {("q", 0): prompt}
+    parent_handles = []
     for depth in range(2):
         requests = [ExpandRequest(key, path, 2) for key, path in paths.items()]
         got = engine_policy.expand(requests)
-        assert got == hf_policy.expand(requests)
-        engine_policy.release([r.key for r in requests])
+        want = hf_policy.expand(requests)
+        assert [[s[:3] for s in steps] for steps in got] == [[s[:3] for s in steps] for steps in want]
+        assert all(s.handle is not None for steps in got for s in steps)
+        engine_policy.release(parent_handles)  # the children now lock the parents' paths
         engine_policy.engine.check()
+        # keep the first child of each request; release the others at once
+        engine_policy.release([s.handle for steps in got for s in steps[1:]])
+        parent_handles = [steps[0].handle for steps in got]
         paths = {("q", depth, i): r.token_ids + steps[0].token_ids for i, (r, steps) in enumerate(zip(requests, got))}
-    # only the last round's children hold locks now; releasing them all leaves nothing
-    assert engine_policy.stats()["locked_kv_tokens"] > 0
-    engine_policy.release_all()
+    # only the kept children hold locks now: exactly their paths, minus the last token
+    # of each (its KV is computed when the path is extended)
+    locked = [p[:-1] for p in paths.values()]
+    unique_tokens = len({tuple(p[:k]) for p in locked for k in range(1, len(p) + 1)})
+    assert engine_policy.stats()["locked_kv_tokens"] == unique_tokens
+    engine_policy.release(parent_handles)
     assert engine_policy.stats()["locked_kv_tokens"] == 0
     engine_policy.engine.check()
 
@@ -72,3 +81,5 @@ def test_controller_search_on_engine_equals_baseline(model_tok, method):
     engine.check()
     stats = engine.stats()
     assert stats["cache_hit_tokens"] > stats["computed_tokens"] / 2
+    # The controller released every handle exactly once: nothing stays locked.
+    assert stats["locked_kv_tokens"] == 0 and stats["live_handles"] == 0
