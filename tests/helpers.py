@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from ets.config import SearchConfig
 from ets.tree import Node, SearchTree
 from search import Frontier
@@ -39,3 +41,8 @@ def frontier(tree: SearchTree, candidates: list[Node], width: int, completed: li
 
 def config(**kw) -> SearchConfig:
     return SearchConfig(**kw)
+
+
+def random_tokens(n: int, seed: int) -> list[int]:
+    """n token ids below 256 (byte symbols of the tiny tokenizer), fixed by `seed`."""
+    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()

@@ -6,25 +6,13 @@ import torch
 from ets.engine import Engine, EngineMemoryError
 from ets.engine.radix import RadixTree
 from ets.tiny import build_tiny_model
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run only small ops: with 2 OpenMP threads on a shared 2-core machine an
-    op can wait on a descheduled thread (measured 10x slower); one thread is fast and steady."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from tests.helpers import random_tokens
 
 
 @pytest.fixture(scope="module")
 def model_tok():
     return build_tiny_model("llama", seed=2)
 
-
-def _tokens(n: int, seed: int) -> list[int]:
-    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def _unique(paths: list[list[int]]) -> int:
@@ -51,7 +39,7 @@ def test_radix_tree_split_lock_evict():
 def test_tree_of_expansions_and_releases(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=2048)
-    prompt = _tokens(20, seed=1)
+    prompt = random_tokens(20, seed=1)
     live: dict[int, list[int]] = {}  # handle -> full path
 
     def expand(path, n):
@@ -89,7 +77,7 @@ def test_tree_of_expansions_and_releases(model_tok):
 
 def test_workload_larger_than_pool(model_tok):
     model, tok = model_tok
-    prompts = [_tokens(30, seed=s) for s in range(4)] + [_tokens(30, seed=0)[:25]]
+    prompts = [random_tokens(30, seed=s) for s in range(4)] + [random_tokens(30, seed=0)[:25]]
     expected = Engine(model, tok, kv_budget_tokens=4096).generate(prompts, max_new_tokens=12, temperature=0)
     # 5 sequences of up to 42 tokens (~190 with sharing) through a pool of 64 tokens.
     small = Engine(model, tok, kv_budget_tokens=64, max_batch_tokens=40)
@@ -108,23 +96,23 @@ def test_workload_larger_than_pool(model_tok):
 def test_locked_pool_raises_cleanly(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=64)
-    (conts,) = engine.expand([(_tokens(30, seed=3), 1)], max_new_tokens=10, temperature=0)
+    (conts,) = engine.expand([(random_tokens(30, seed=3), 1)], max_new_tokens=10, temperature=0)
     engine.check()  # 39 tokens locked, 25 free
     with pytest.raises(EngineMemoryError):  # the short one finishes, the long one cannot
-        engine.expand([(_tokens(3, seed=5), 1), (_tokens(30, seed=4), 1)], max_new_tokens=10, temperature=0)
+        engine.expand([(random_tokens(3, seed=5), 1), (random_tokens(30, seed=4), 1)], max_new_tokens=10, temperature=0)
     engine.check()  # nothing leaked by the failed call
     assert engine.stats()["locked_kv_tokens"] == 39
     engine.release([conts[0].handle])
-    assert len(engine.generate([_tokens(30, seed=4)], max_new_tokens=20, temperature=0)[0]) == 20
+    assert len(engine.generate([random_tokens(30, seed=4)], max_new_tokens=20, temperature=0)[0]) == 20
     engine.check()
     with pytest.raises(ValueError, match="kv_budget_tokens"):
-        engine.generate([_tokens(60, seed=5)], max_new_tokens=10)
+        engine.generate([random_tokens(60, seed=5)], max_new_tokens=10)
 
 
 def test_shared_prefixes_are_computed_once(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=1024)
-    base = _tokens(20, seed=6)
+    base = random_tokens(20, seed=6)
     prompts = [base + [5, 6], base + [7], base[:10] + [9, 9, 9]]
     engine.generate(prompts, max_new_tokens=1, temperature=0)
     engine.check()

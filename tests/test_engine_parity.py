@@ -5,27 +5,14 @@ import torch
 
 from ets.engine import Engine
 from ets.tiny import ARCHS, build_tiny_model
+from tests.helpers import random_tokens
 
 TOL = 1e-4
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run only small ops: with 2 OpenMP threads on a shared 2-core machine an
-    op can wait on a descheduled thread (measured 10x slower); one thread is fast and steady."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module", params=ARCHS)
 def model_tok(request):
     return build_tiny_model(request.param, seed=1)
-
-
-def _tokens(n: int, seed: int) -> list[int]:
-    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 @torch.no_grad()
@@ -36,7 +23,7 @@ def _reference(model, tokens: list[int]) -> torch.Tensor:
 def test_single_and_packed_logits(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=512)
-    seqs = [_tokens(n, seed=n) for n in (1, 13, 40, 7)]
+    seqs = [random_tokens(n, seed=n) for n in (1, 13, 40, 7)]
     for s in seqs[:1]:  # one sequence alone
         (out,) = engine.score([s], [list(range(len(s)))])
         engine.check()
@@ -51,10 +38,10 @@ def test_single_and_packed_logits(model_tok):
 def test_resume_from_cached_prefix(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=512)
-    prefix = _tokens(30, seed=3)
+    prefix = random_tokens(30, seed=3)
     engine.score([prefix], [[29]])
     engine.check()
-    longer = [prefix + _tokens(9, seed=4), prefix[:20] + _tokens(5, seed=5)]  # full and partial hit
+    longer = [prefix + random_tokens(9, seed=4), prefix[:20] + random_tokens(5, seed=5)]  # full and partial hit
     positions = [list(range(30, 39)), list(range(20, 25))]
     outs = engine.score(longer, positions)
     engine.check()
@@ -66,7 +53,7 @@ def test_resume_from_cached_prefix(model_tok):
 def test_chunked_prefill_and_hidden_states(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=512, max_batch_tokens=7)
-    seqs = [_tokens(25, seed=6), _tokens(11, seed=7)]
+    seqs = [random_tokens(25, seed=6), random_tokens(11, seed=7)]
     positions = [[24, 3, 10, 3], [0, 10]]  # any order, repeats allowed
     hidden = engine.score(seqs, positions, hidden_states=True)
     engine.check()
@@ -78,8 +65,8 @@ def test_chunked_prefill_and_hidden_states(model_tok):
 def test_greedy_generate_matches_transformers(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=1024)
-    base = _tokens(12, seed=8)
-    prompts = [base + _tokens(5, seed=9), base, _tokens(3, seed=10)]  # shared prefix, lengths differ
+    base = random_tokens(12, seed=8)
+    prompts = [base + random_tokens(5, seed=9), base, random_tokens(3, seed=10)]  # shared prefix, lengths differ
     outs = engine.generate(prompts, max_new_tokens=16, temperature=0)
     engine.check()
     for prompt, out in zip(prompts, outs):
@@ -96,7 +83,7 @@ def test_shared_prefix_decode_matches_transformers(model_tok):
     """Samples of one path decode with cascade attention (the path read once)."""
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=1024)
-    prompts = [_tokens(20, seed=11), _tokens(7, seed=12)]
+    prompts = [random_tokens(20, seed=11), random_tokens(7, seed=12)]
     conts = engine.expand([(prompts[0], 3), (prompts[1], 2)], max_new_tokens=10, temperature=0)
     engine.check()
     for prompt, group in zip(prompts, conts):
@@ -144,7 +131,7 @@ def test_sliding_window_model():
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).eval()
     engine = Engine(model, tok, kv_budget_tokens=512)
-    seq = _tokens(30, seed=13)
+    seq = random_tokens(30, seed=13)
     (out,) = engine.score([seq], [list(range(30))])
     torch.testing.assert_close(out, _reference(model, seq), atol=TOL, rtol=0)
     (conts,) = engine.expand([(seq, 2)], max_new_tokens=8, temperature=0)

@@ -16,16 +16,6 @@ from ets.policy import ExpandRequest
 from ets.tiny import build_tiny_model
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run only small ops: with 2 OpenMP threads on a shared 2-core machine an
-    op can wait on a descheduled thread (measured 10x slower); one thread is fast and steady."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def model_tok():
     return build_tiny_model("qwen2", seed=3)

@@ -5,16 +5,7 @@ import torch
 
 from ets.engine import Engine
 from ets.tiny import build_tiny_model
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run only small ops: with 2 OpenMP threads on a shared 2-core machine an
-    op can wait on a descheduled thread (measured 10x slower); one thread is fast and steady."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from tests.helpers import random_tokens
 
 
 @pytest.fixture(scope="module")
@@ -22,14 +13,11 @@ def model_tok():
     return build_tiny_model("qwen2", seed=3)
 
 
-def _tokens(n: int, seed: int) -> list[int]:
-    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
-
 
 @pytest.mark.parametrize("params", [dict(temperature=1.0), dict(temperature=0.7, top_k=20, top_p=0.9)])
 def test_seeded_sampling_is_reproducible(model_tok, params):
     model, tok = model_tok
-    requests = [(_tokens(15, seed=1), 3), (_tokens(9, seed=2), 2)]
+    requests = [(random_tokens(15, seed=1), 3), (random_tokens(9, seed=2), 2)]
     first = Engine(model, tok, kv_budget_tokens=1024).expand(requests, max_new_tokens=6, seed=7, **params)
     engine = Engine(model, tok, kv_budget_tokens=200, max_batch_tokens=8)  # other batching, a cache
     engine.generate([requests[0][0]], max_new_tokens=3, seed=1)
@@ -45,7 +33,7 @@ def test_seeded_sampling_is_reproducible(model_tok, params):
 def test_stop_strings_and_token_ids(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=1024)
-    prompt = _tokens(10, seed=3)
+    prompt = random_tokens(10, seed=3)
     free = engine.generate([prompt], max_new_tokens=30, temperature=0)[0]
     text_tokens = free[4:6]
     stop_text = tok.decode(text_tokens)
