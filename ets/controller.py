@@ -124,10 +124,11 @@ def search(
         _score_round(active, children, score_fn, name)
         admission.observe(c for new in children.values() for c in new)
 
+        frontiers = {a.index: _frontier(a, children[a.index], config) for a in active}
+        _prepare(strategy, active, frontiers)
         still_active = []
         for a in active:
-            a.depth += 1
-            if _advance(a, children[a.index], strategy, config, policy):
+            if _select(a, frontiers[a.index], children[a.index], strategy, policy):
                 still_active.append(a)
             else:
                 results[a.index] = _finish(a, config, save_trees)
@@ -155,8 +156,9 @@ def _score_round(active: list[_Active], children: dict[int, list[Node]], score_f
             child.score = step_scores[-1]  # the newest step's score drives selection
 
 
-def _advance(a: _Active, new: list[Node], strategy: Strategy, config: SearchConfig, policy: Policy) -> bool:
-    """Move finished children to `completed`, let the strategy allocate; False when done."""
+def _frontier(a: _Active, new: list[Node], config: SearchConfig) -> Frontier | None:
+    """Move finished children to `completed`; the frontier left to select from, if any."""
+    a.depth += 1
     candidates = []
     for child in new:
         # A trajectory also ends at the token or depth limit (ALGORITHMS.md ends the loop
@@ -169,14 +171,34 @@ def _advance(a: _Active, new: list[Node], strategy: Strategy, config: SearchConf
     if candidates:
         # The paper's KV-size metric: tokens on the union of root-to-candidate paths.
         a.kv_size_steps.append(kv_size(candidates))
+    if a.remaining <= 0 or not candidates:
+        return None
+    return Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth)
+
+
+def _prepare(strategy: Strategy, active: list[_Active], frontiers: dict[int, Frontier | None]) -> None:
+    """The strategy's once-per-round batch work (e.g. ETS embeds every step text of the
+    round in one call); its cost is shared equally by the problems that select."""
+    selecting = [a for a in active if frontiers[a.index] is not None]
+    if not selecting:
+        return
+    before = Counter(strategy.metrics)
+    strategy.prepare([frontiers[a.index] for a in selecting])
+    spent = Counter(strategy.metrics) - before
+    for a in selecting:
+        a.strategy_metrics.update({k: v / len(selecting) for k, v in spent.items()})
+
+
+def _select(a: _Active, frontier: Frontier | None, new: list[Node], strategy: Strategy, policy: Policy) -> bool:
+    """Let the strategy allocate the next round; release what it will not expand. False
+    when this problem's search is over."""
     a.alloc = {}
-    if a.remaining > 0 and candidates:
-        frontier = Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth)
+    if frontier is not None:
         before = Counter(strategy.metrics)
         a.alloc = {node_id: n for node_id, n in strategy.select(frontier).items() if n > 0}
         # Attribute the strategy's counters to this problem (problems run interleaved).
         a.strategy_metrics.update(Counter(strategy.metrics) - before)
-        _check_allocation(a.alloc, candidates, strategy)
+        _check_allocation(a.alloc, frontier.candidates, strategy)
     # Completed and pruned children will never be expanded: their KV may be evicted.
     policy.release([a.handles.pop(c.id, None) for c in new if c.id not in a.alloc])
     return bool(a.alloc)

@@ -17,7 +17,8 @@ COLUMNS = (
     ("width", "W", "{}"),
     ("accuracy", "accuracy", "{:.1%}"),
     ("kv_size_per_problem", "KV size/problem (paper metric)", "{:,.0f}"),
-    ("peak_kv_tokens", "peak KV tokens (engine)", "{:,}"),
+    ("peak_kv_tokens", "peak live KV (engine)", "{:,}"),
+    ("mean_kv_tokens", "mean live KV (engine)", "{:,.0f}"),
     ("generated_tokens", "tokens generated", "{:,}"),
     ("wall_time", "wall s", "{:.1f}"),
     ("tokens_per_s", "tokens/s", "{:,.0f}"),
@@ -61,7 +62,7 @@ def plot_methods(rows: Sequence[dict[str, Any]], path: str | Path, title: str = 
     panels = (
         ("accuracy", "accuracy", 100.0),
         ("kv_size_per_problem", "KV size per problem (tokens, paper metric)", 1.0),
-        ("peak_kv_tokens", "peak resident KV (tokens, engine)", 1.0),
+        ("peak_kv_tokens", "peak live KV (tokens, engine measured)", 1.0),
         ("tokens_per_s", "throughput (tokens/s)", 1.0),
     )
     labels = [f"{r['method']}\nW={r['width']}" for r in rows]

@@ -49,6 +49,7 @@ def run_sweep(
     *,
     show_progress: bool = True,
     fresh_policy_per_pair: bool = True,
+    title: str = "",
 ) -> list[dict[str, Any]]:
     """Run every pair (methods x widths); returns the table rows, writes table and plots."""
     from ets.report import markdown_table, plot_methods, plot_sweep, write_csv
@@ -71,7 +72,7 @@ def run_sweep(
             "aggregation": config.search.aggregation,
             "vote": config.search.vote,
             **{k: v for k, v in summary.items() if k != "policy_stats"},
-            "peak_kv_tokens": stats.get("peak_kv_tokens"),
+            "peak_kv_tokens": stats.get("peak_live_kv_tokens"),
             "mean_kv_tokens": stats.get("mean_kv_tokens"),
         })
     (out / "table.md").write_text(markdown_table(rows) + "\n")
@@ -79,7 +80,7 @@ def run_sweep(
     if len(widths) > 1:
         plot_sweep(rows, out)
     else:
-        plot_methods(rows, out / "methods.png")
+        plot_methods(rows, out / "methods.png", title=title)
     return rows
 
 

@@ -50,6 +50,10 @@ class Strategy(ABC):
         self.config = config
         self.metrics: Counter[str] = Counter()
 
+    def prepare(self, frontiers: list[Frontier]) -> None:
+        """Called once per round with every frontier about to `select`, so batch work
+        (ETS: embedding all new step texts) runs once, not once per problem."""
+
     @abstractmethod
     def select(self, frontier: Frontier) -> Allocation:
         """{candidate id: children}; sums to at most `frontier.remaining` unless the

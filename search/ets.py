@@ -69,6 +69,16 @@ class ETS(Strategy):
             self._clusterer = StepClusterer(self.config.embedder, self.config.cluster_threshold)
         return self._clusterer
 
+    def prepare(self, frontiers: list[Frontier]) -> None:
+        """Embed the round's step texts in one batch; `select` then finds them cached."""
+        if self.config.lambda_s <= 0:
+            return
+        texts = [c.text for f in frontiers if len(f.candidates) > 1 for c in f.candidates]
+        if texts:
+            t0 = time.perf_counter()
+            self.clusterer.embed(texts)
+            self.metrics["cluster_seconds"] += time.perf_counter() - t0
+
     def select(self, frontier: Frontier) -> Allocation:
         cfg = self.config
         cands, remaining = frontier.candidates, frontier.remaining

@@ -9,7 +9,6 @@ method's results (JSONL, resumable), the table (Markdown and CSV) and a PNG plot
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -46,28 +45,10 @@ def run_demo(
     backend: str = "engine",
     show_progress: bool = True,
 ) -> list[dict[str, Any]]:
-    """Run each method; returns one table row per method (and writes the outputs)."""
-    from ets.report import markdown_table, plot_methods, write_csv
-    from ets.runner import build_policy, build_reward_for, run
+    """Run each method (a one-width sweep); returns one table row per method and writes
+    results, table and plot into `out`."""
+    from ets.sweep import run_sweep
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    base = demo_config(width, problems, out, backend)
-    rows = []
-    reward = None
-    for method in methods:
-        config = dataclasses.replace(
-            base,
-            search=dataclasses.replace(base.search, method=method),
-            output=str(out / f"{method}_w{width}.jsonl"),
-        )
-        # A fresh policy per method, so the engine's peak KV is that method's alone.
-        policy = build_policy(config)
-        reward = reward or build_reward_for(config, policy)
-        summary = run(config, show_progress=show_progress, policy=policy, reward=reward)
-        rows.append({"method": method, "width": width, **summary,
-                     "peak_kv_tokens": summary.get("policy_stats", {}).get("peak_kv_tokens")})
-    (out / "table.md").write_text(markdown_table(rows) + "\n")
-    write_csv(rows, out / "table.csv")
-    plot_methods(rows, out / "methods.png", title=f"ets demo: {problems} problems, width {width}")
-    return rows
+    config = demo_config(width, problems, out, backend)
+    return run_sweep(config, methods, [width], out, show_progress=show_progress,
+                     title=f"ets demo: {problems} problems, width {width}")

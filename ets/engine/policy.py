@@ -31,6 +31,7 @@ class EnginePolicy:
         self._rng = random.Random(search.seed)  # one fresh seed per call
         self._held: set[int] = set()            # handles given out and not yet released
         self._stats = {"generated_tokens": 0, "expand_calls": 0}
+        self._live_sum = 0
 
     @classmethod
     def from_config(cls, policy: PolicyConfig, search: SearchConfig) -> "EnginePolicy":
@@ -59,6 +60,8 @@ class EnginePolicy:
                 self._stats["generated_tokens"] += len(c.token_ids)
             out.append(steps)
         self._stats["expand_calls"] += 1
+        # Right after a round every child holds its path: the live KV of the search.
+        self._live_sum += self.engine.stats()["locked_kv_tokens"]
         return out
 
     def release(self, handles: list[Hashable | None]) -> None:
@@ -72,4 +75,7 @@ class EnginePolicy:
         self.release(list(self._held))
 
     def stats(self) -> dict[str, Any]:
-        return {**self.engine.stats(), **self._stats}
+        """The engine's counters, plus `mean_kv_tokens`: the locked (live) KV tokens after
+        each round, averaged over rounds."""
+        calls = self._stats["expand_calls"]
+        return {**self.engine.stats(), **self._stats, "mean_kv_tokens": self._live_sum / calls if calls else 0.0}
