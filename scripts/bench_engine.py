@@ -60,21 +60,24 @@ def unique_tokens(paths: list[list[int]]) -> int:
 
 def run(policy, prompts: list[list[int]], args) -> dict:
     """The tree workload on `policy`; returns tokens, seconds and KV figures."""
-    frontier = {p: [(("p", p, 0), prompts[p])] for p in range(len(prompts))}
+    # frontier[p]: (handle, path) of the nodes to expand; the roots hold no handle.
+    frontier = {p: [(None, prompts[p])] for p in range(len(prompts))}
     alloc = {p: [args.width] for p in frontier}
-    generated, live_peak, locked_peak, next_id = 0, 0, 0, 1
+    generated, live_peak, locked_peak = 0, 0, 0
     before = policy.stats()
     start = time.perf_counter()
     for depth in range(args.steps):
-        requests = [ExpandRequest(key, path, n) for p in frontier for (key, path), n in zip(frontier[p], alloc[p])]
+        owners = [p for p in frontier for _ in frontier[p]]
+        requests = [ExpandRequest((p, i), path, n) for p in frontier
+                    for i, ((_, path), n) in enumerate(zip(frontier[p], alloc[p]))]
         steps = policy.expand(requests)
-        policy.release([r.key for r in requests])
+        # The children lock the parents' paths now: the parents' own handles can go.
+        policy.release([h for p in frontier for h, _ in frontier[p]])
         children: dict[int, list] = {p: [] for p in frontier}
-        for req, req_steps in zip(requests, steps):
+        for p, req, req_steps in zip(owners, requests, steps):
             for step in req_steps:
                 generated += len(step.token_ids)
-                children[req.key[1]].append((("p", req.key[1], next_id), req.token_ids + step.token_ids))
-                next_id += 1
+                children[p].append((step.handle, req.token_ids + step.token_ids))
         live = [path for kids in children.values() for _, path in kids]
         live_peak = max(live_peak, unique_tokens(live))
         locked_peak = max(locked_peak, policy.stats().get("locked_kv_tokens", 0))
@@ -83,10 +86,10 @@ def run(policy, prompts: list[list[int]], args) -> dict:
         for p, kids in children.items():
             order = sorted(range(len(kids)), key=lambda i: zlib.crc32(f"{p}/{depth}/{i}".encode()))
             keep = sorted(order[: args.beams])
-            pruned = [kids[i][0] for i in range(len(kids)) if i not in keep]
-            policy.release(pruned)
+            policy.release([kids[i][0] for i in range(len(kids)) if i not in keep])
             frontier[p] = [kids[i] for i in keep]
             alloc[p] = [args.width // args.beams] * args.beams
+    policy.release([h for p in frontier for h, _ in frontier[p]])
     seconds = time.perf_counter() - start
     return {"tokens": generated, "seconds": seconds, "tok_s": generated / seconds,
             "live_unique_peak": live_peak, "locked_peak": locked_peak, "stats": _delta(before, policy.stats())}
