@@ -12,29 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ets.config import METHODS, DataConfig, PolicyConfig, RewardConfig, RunConfig, SearchConfig
+from ets.config import METHODS, RunConfig, load_config
 
-DEMO_DIR = Path(__file__).resolve().parent
-POLICY_PATH = DEMO_DIR / "checkpoints" / "policy"
-PRM_PATH = DEMO_DIR / "checkpoints" / "prm"
-TEST_SET = DEMO_DIR / "data" / "test.jsonl"
+DEMO_CONFIG = Path(__file__).resolve().parent / "demo.yaml"
 
 
 def demo_config(width: int = 16, problems: int = 50, out: str | Path = "ets-demo", backend: str = "engine") -> RunConfig:
-    """The embedded default as a `RunConfig`: the demo models, task and step format."""
-    return RunConfig(
-        search=SearchConfig(
-            method="rebase", width=width, temperature=1.0, max_step_tokens=48, max_tokens=320, max_depth=10,
-        ),
-        policy=PolicyConfig(
-            model=str(POLICY_PATH), backend=backend, prompt_template="{question}\n", step_delimiter="\n",
-            kv_budget_tokens=262144, max_batch_tokens=16384,
-        ),
-        reward=RewardConfig(name="step_tag", model=str(PRM_PATH)),
-        data=DataConfig(path=str(TEST_SET), limit=problems),
-        output=str(Path(out) / "results.jsonl"),
-        concurrency=problems,
-    )
+    """The embedded default (ets/demo/demo.yaml) at this width and number of problems."""
+    return load_config(DEMO_CONFIG, [
+        f"width={width}", f"data.limit={problems}", f"policy.backend={backend}",
+        f"output={Path(out) / 'results.jsonl'}", f"concurrency={problems}",
+    ])
 
 
 def run_demo(

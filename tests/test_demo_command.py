@@ -1,0 +1,29 @@
+"""`ets demo` end to end on the shipped checkpoints (few problems, small width: fast)."""
+
+import csv
+
+from ets.cli import main
+
+
+def test_demo_runs_every_method_and_writes_table_and_plot(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--quiet", "--width", "4", "--problems", "3", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    methods = ["best_of_n", "beam", "dvts", "rebase", "ets"]
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    assert [r["method"] for r in rows] == methods
+    for r in rows:
+        assert int(r["problems"]) == 3 and 0 <= float(r["accuracy"]) <= 1
+        assert float(r["kv_size_per_problem"]) > 0 and int(r["peak_kv_tokens"]) > 0
+        assert float(r["tokens_per_s"]) > 0
+        assert f"| {r['method']} | 4 |" in printed
+        assert (out / f"{r['method']}_w4.jsonl").read_text().count("\n") == 3
+    assert (out / "methods.png").stat().st_size > 10_000
+
+
+def test_demo_rejects_bad_options_before_work(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--quiet", "--methods", "beam,mcts", "--out", str(out)]) == 2
+    assert "mcts" in capsys.readouterr().err
+    assert main(["demo", "--quiet", "--width", "0", "--out", str(out)]) == 2
+    assert not out.exists()
