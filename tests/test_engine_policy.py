@@ -73,3 +73,20 @@ def test_controller_search_on_engine_equals_baseline(model_tok, method):
     assert stats["cache_hit_tokens"] > stats["computed_tokens"] / 2
     # The controller released every handle exactly once: nothing stays locked.
     assert stats["locked_kv_tokens"] == 0 and stats["live_handles"] == 0
+
+
+def test_search_larger_than_the_pool_finishes_with_the_same_result(model_tok):
+    """A KV pool smaller than one search's live tree: the engine evicts, preempts and
+    spills locks, the search slows down, and its result is unchanged (greedy)."""
+    model, tok = model_tok
+    problems = [Problem("0", "What is 1 + 1?", "2", {})]
+    cfg = SearchConfig(method="rebase", width=4, max_step_tokens=5, max_depth=3, max_tokens=100, temperature=0)
+    policy_cfg = PolicyConfig(model="tiny:qwen2", step_delimiter="a")
+    tiny_pool = Engine(model, tok, kv_budget_tokens=40)
+    small = search(problems, EnginePolicy(tiny_pool, policy_cfg, cfg), _score, cfg)
+    roomy = search(problems, EnginePolicy(Engine(model, tok, kv_budget_tokens=4096), policy_cfg, cfg), _score, cfg)
+    assert small[0]["trajectories"] == roomy[0]["trajectories"]
+    stats = tiny_pool.stats()
+    assert stats["evicted_tokens"] + stats["spilled_handles"] + stats["preempted"] > 0
+    assert stats["peak_kv_tokens"] <= 40
+    tiny_pool.check()

@@ -40,7 +40,10 @@ Public API
 finish is "eos", "stop" or "length". Sample j of request i under a seed depends only on
 (seed, i, j): not on batching, cache hits or preemption. When the pool runs out, unlocked
 cache entries are evicted (LRU), then the youngest running sequences are preempted and
-recomputed later; only a pool filled by locked handles raises `EngineMemoryError`.
+recomputed later; if locked handles fill the pool, the oldest handle is spilled (its path
+becomes evictable and is recomputed from its tokens when next extended; `spilled_handles`
+counts them). A call never fails for lack of memory unless one sequence alone exceeds the
+pool (a ValueError up front naming `kv_budget_tokens`).
 
 `ets.engine.policy.EnginePolicy` is the search controller's `Policy` on this engine.
 

@@ -23,7 +23,7 @@ from ets.engine.table import SlotTable
 
 
 COUNTERS = ("cache_hit_tokens", "computed_tokens", "generated_tokens", "evicted_tokens", "preempted",
-            "peak_kv_tokens", "peak_live_kv_tokens")
+            "peak_kv_tokens", "peak_live_kv_tokens", "spilled_handles")
 
 
 class Continuation(NamedTuple):
@@ -49,6 +49,10 @@ class Engine:
         runner = ModelRunner(model, self.pool, self.table)
         self.scheduler = Scheduler(runner, self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
         self.handles: dict[int, RadixNode] = {}
+        # Handles whose lock was spilled under memory pressure: still valid to release,
+        # their path merely recomputes (from its tokens) when next extended.
+        self.spilled: set[int] = set()
+        self.scheduler.relieve = self._spill_oldest
         self._next_handle = 0
         self._flags: dict[tuple, list[bool]] = {}
         self.eos_ids = _eos_ids(model, tokenizer)
@@ -109,10 +113,25 @@ class Engine:
     def release(self, handles: Sequence[int]) -> None:
         """Unlock these paths: their KV becomes evictable (LRU), not freed at once."""
         for h in handles:
+            if h in self.spilled:
+                self.spilled.discard(h)
+                continue
             node = self.handles.pop(h, None)
             if node is None:
                 raise KeyError(f"unknown or already released handle {h}")
             self.tree.unlock(node)
+
+    def _spill_oldest(self) -> bool:
+        """Out of memory with every slot locked: unlock the oldest live handle, so its path
+        becomes evictable. The handle stays valid; extending that path later recomputes it
+        (the caller passes tokens, not handles), so a search slows down instead of failing."""
+        if not self.handles:
+            return False
+        oldest = min(self.handles)
+        self.tree.unlock(self.handles.pop(oldest))
+        self.spilled.add(oldest)
+        self.counters["spilled_handles"] += 1
+        return True
 
     def _prefill_shared(self, items: list[tuple[tuple[int, ...], int, int]]) -> None:
         """Compute, once each, the uncached prefixes that several of a call's sequences

@@ -20,6 +20,7 @@ eviction cannot corrupt another sequence's cache.
 from __future__ import annotations
 
 from collections import deque
+from typing import Callable
 
 import torch
 
@@ -43,6 +44,9 @@ class Scheduler:
         self.counters = counters
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
+        # Called when the pool is full of locked paths and nothing can run: frees some locks
+        # (the engine spills its oldest handles) and says whether it did.
+        self.relieve: Callable[[], bool] | None = None
 
     def run(self, seqs: list[Seq], hidden: bool = False) -> None:
         """Run `seqs` to completion (results are left on each `Seq`)."""
@@ -60,6 +64,8 @@ class Scheduler:
         if not self.running and not self.waiting:  # admission finished everything
             return
         chunks, owners = self._schedule()
+        if not chunks and self.relieve is not None and self.relieve():
+            return  # locks were spilled to make room: schedule again next step
         if not chunks:
             raise EngineMemoryError(
                 f"the KV pool ({self.allocator.num_slots} tokens) is full of locked paths "
