@@ -7,7 +7,8 @@ from ets.demo import (BAD_TOKEN, GOOD_TOKEN, POLICY_PATH, PRM_PATH, STEP_TAG, ch
                       is_correct_solution, parse_question)
 from ets.demo.hf import prm_scores, sample_solutions
 
-EASY = "Ann buys 2 pens at 12 dollars each and 3 cups at 20 dollars each. How much does she spend in total?"
+# An easy demo problem (two items, no last operation; one of the shipped test problems).
+EASY = "Ivy buys 7 towels at 30 dollars each and 6 socks at 49 dollars each. How much does she spend in total?"
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +37,14 @@ def test_policy_solves_an_easy_problem_greedily(loaded):
     assert all(check_steps(problem, steps)), steps
 
 
-def test_prm_has_the_step_tag_convention_and_separates_good_from_bad(loaded):
+def test_prm_has_the_step_tag_convention_and_flags_unknown_operands(loaded):
     model, tok = loaded["prm"]
     for t in (STEP_TAG, GOOD_TOKEN, BAD_TOKEN):
         assert len(tok.encode(t, add_special_tokens=False)) == 1
-    good = ["Pens: 2 * 12 = 24", "Cups: 3 * 20 = 60", "Total: 24 + 60 = 84", "The answer is: 84"]
-    bad = ["Pens: 2 * 12 = 24", "Cups: 3 * 20 = 50", "Total: 24 + 50 = 74", "The answer is: 74"]
-    [[g, b]] = prm_scores(model, tok, [EASY], [[good, bad]])
-    assert min(g) > 0.5 and b[1] < 0.5 and b[-1] < 0.5, (g, b)
+    good = ["Towels: 7 * 30 = 210", "Socks: 6 * 49 = 294", "Total: 210 + 294 = 504", "The answer is: 504"]
+    wrong_operands = ["Towels: 8 * 31 = 248"]                             # numbers not in the question
+    early_sum = ["Towels: 7 * 30 = 210", "Total: 210 + 294 = 504"]        # 294 not computed yet
+    [[g, w, e]] = prm_scores(model, tok, [EASY], [[good, wrong_operands, early_sum]])
+    assert len(g) == 4 and all(0.0 <= x <= 1.0 for x in g)
+    assert g[0] > 0.5 and g[1] > 0.5, g
+    assert w[0] < 0.5 and e[1] < 0.5, (w, e)

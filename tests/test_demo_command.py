@@ -27,3 +27,14 @@ def test_demo_rejects_bad_options_before_work(tmp_path, capsys):
     assert "mcts" in capsys.readouterr().err
     assert main(["demo", "--quiet", "--width", "0", "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_demo_config_matches_the_formats_the_models_were_trained_on():
+    import ets.demo as demo
+    from ets.demo.command import demo_config
+
+    config = demo_config()
+    assert config.policy.prompt_template == demo.PROMPT_TEMPLATE
+    assert config.policy.step_delimiter == demo.STEP_DELIMITER
+    assert config.policy.model == str(demo.POLICY_PATH) and config.reward.model == str(demo.PRM_PATH)
+    assert config.data.path == str(demo.TEST_PATH)

@@ -1,0 +1,109 @@
+"""The demo models' quality bars, measured on the shipped demo test set.
+
+    python scripts/demo_quality.py                 # all 200 test problems, 16 samples each
+    python scripts/demo_quality.py --problems 50   # quicker
+
+Samples `--samples` solutions per problem from the policy at temperature 1.0 (plain HF
+generate), labels every step with the exact checker, scores every step with the PRM, and
+prints:
+  - single-sample accuracy: the mean over all samples (and over the first sample only);
+  - PRM step-level ROC AUC against the checker's labels (test problems: held out);
+  - weighted best-of-N: answers weighted by the PRM's last-step score; beside it majority
+    vote, the same vote with the exact verifier as PRM, and pass@N (any sample right).
+Bars (issue 6): 20% <= single <= 60%; AUC >= 0.90; weighted best-of-16 >= single + 20 points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ets.demo import POLICY_PATH, PRM_PATH, check_steps, load_test_problems, parse_answer  # noqa: E402
+from ets.demo.hf import prm_scores, sample_solutions  # noqa: E402
+from ets.demo.metrics import roc_auc, weighted_vote  # noqa: E402
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--policy", type=Path, default=POLICY_PATH)
+    ap.add_argument("--prm", type=Path, default=PRM_PATH)
+    ap.add_argument("--problems", type=int, default=200)
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args(argv)
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    policy = AutoModelForCausalLM.from_pretrained(args.policy).eval()
+    policy_tok = AutoTokenizer.from_pretrained(args.policy)
+    prm = AutoModelForCausalLM.from_pretrained(args.prm).eval()
+    prm_tok = AutoTokenizer.from_pretrained(args.prm)
+    problems = load_test_problems()[:args.problems]
+    questions = [p.question for p in problems]
+
+    samples = sample_solutions(policy, policy_tok, questions, n=args.samples, temperature=1.0, seed=args.seed)
+    t_sample = time.time() - t0
+    scores = prm_scores(prm, prm_tok, questions, samples)
+    labels = [[check_steps(p, s) for s in trajs] for p, trajs in zip(problems, samples)]
+
+    n = args.samples
+    right = [[bool(s) and parse_answer(s[-1]) == p.answer for s in trajs] for p, trajs in zip(problems, samples)]
+    single = sum(map(sum, right)) / (len(problems) * n)
+    first = sum(r[0] for r in right) / len(problems)
+    auc = roc_auc([ok for per_p in labels for per_t in per_p for ok in per_t],
+                  [x for per_p in scores for per_t in per_p for x in per_t])
+    n_steps = sum(len(per_t) for per_p in labels for per_t in per_p)
+    bad = sum(not ok for per_p in labels for per_t in per_p for ok in per_t) / max(1, n_steps)
+
+    def vote_acc(weights_of):
+        hits = 0
+        for p, trajs, sc, lab in zip(problems, samples, scores, labels):
+            answers = [parse_answer(s[-1]) if s else None for s in trajs]
+            hits += weighted_vote(answers, weights_of(sc, lab)) == p.answer
+        return hits / len(problems)
+
+    figures = {
+        "problems": len(problems),
+        "samples_per_problem": n,
+        "single_sample_accuracy": single,
+        "first_sample_accuracy": first,
+        "prm_step_auc": auc,
+        "steps_scored": n_steps,
+        "bad_step_rate": bad,
+        f"weighted_best_of_{n}": vote_acc(lambda sc, lab: [s[-1] if s else 0.0 for s in sc]),
+        f"majority_of_{n}": vote_acc(lambda sc, lab: [1.0] * len(sc)),
+        f"verifier_weighted_best_of_{n}": vote_acc(lambda sc, lab: [float(l[-1]) if l else 0.0 for l in lab]),
+        f"pass_at_{n}": sum(any(r) for r in right) / len(problems),
+        "sampling_seconds": round(t_sample, 1),
+        "total_seconds": round(time.time() - t0, 1),
+    }
+    gain = figures[f"weighted_best_of_{n}"] - single
+    bars = {
+        "single-sample accuracy in [20%, 60%]": 0.20 <= single <= 0.60,
+        "PRM step AUC >= 0.90": auc >= 0.90,
+        f"weighted best-of-{n} >= single + 20 points": gain >= 0.20,
+    }
+    print(f"demo quality on {len(problems)} test problems x {n} samples (T=1.0, seed {args.seed})")
+    for k, v in figures.items():
+        print(f"  {k:32s} {v:.3f}" if isinstance(v, float) else f"  {k:32s} {v}")
+    print(f"  {'weighted gain over single':32s} {gain * 100:+.1f} points")
+    for k, ok in bars.items():
+        print(f"  [{'PASS' if ok else 'FAIL'}] {k}")
+    if args.json:
+        args.json.write_text(json.dumps({**figures, "bars": bars}, indent=2) + "\n")
+    return 0 if all(bars.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""Train the demo policy and PRM from scratch, reproducibly by seed, on this CPU.
+
+    python scripts/train_demo_models.py                  # -> ets/demo/checkpoints/{policy,prm}
+    python scripts/train_demo_models.py --out /tmp/ck    # elsewhere
+
+Stages (each seeded; one CPU thread by default, so the result does not depend on the machine):
+1. Tokenizer: byte-level BPE trained on demo text with every digit its own token (so the
+   models see numbers digit by digit), plus the step tag " ки"; "+" and "-" are byte
+   tokens. Wrapped as a PreTrainedTokenizerFast; no BOS is added.
+2. Policy: a small LlamaForCausalLM trained on reference solutions of train-split
+   problems (random valid order, random wording): prompt = question + "\n", then the steps,
+   each ending in "\n", then EOS. The loss covers the solution tokens only. It is stopped
+   early on purpose: it still slips on multi-digit arithmetic, so search has room to help.
+3. PRM data: the policy samples solutions (temperature 1.0) to fresh train-split problems;
+   the step checker labels every step. Added: reference solutions ending in one spoiled
+   step (a digit off, or a count / price taken from another item).
+4. PRM: initialised from the policy, trained so that the logits at each " ки" tag of
+   question + " " + step_1 + " ки\n" + ... predict "+" (good step) or "-" (bad step),
+   plus the LM loss on the tokens of the correct steps (keeps the policy's arithmetic).
+   The last 10% of the policy samples are held out and give the PRM's step AUC.
+Both checkpoints are saved in Hugging Face format (safetensors) with their tokenizer.
+`--stage policy` / `--stage prm` run the two halves separately (prm reuses OUT/policy).
+Shipped run: policy 1800 steps ~18 min, PRM stage ~13 min (1 thread, shared 2-core CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ets.demo import (BAD_TOKEN, CHECKPOINTS, GOOD_TOKEN, PROMPT_TEMPLATE, STEP_TAG, check_steps,  # noqa: E402
+                      generate_problem, generate_split, is_correct_solution, reference_solution, split_of)
+from ets.demo.metrics import roc_auc  # noqa: E402
+from ets.demo.hf import prm_scores, prm_text, sample_solutions, single_token_id  # noqa: E402
+
+BOS, EOS, PAD = "<s>", "</s>", "<pad>"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def train_problems(rng: random.Random, n: int):
+    out = []
+    while len(out) < n:
+        p = generate_problem(rng)
+        if split_of(p) == "train":
+            out.append(p)
+    return out
+
+
+# ---------------------------------------------------------------- tokenizer
+def build_tokenizer(seed: int, vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    rng = random.Random(f"tok:{seed}")
+    corpus = []
+    for p in train_problems(rng, 3000):
+        steps = reference_solution(p, rng)
+        corpus.append(PROMPT_TEMPLATE.format(question=p.question) + "\n".join(steps) + "\n")
+        corpus.append(prm_text(p.question, steps))
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[PAD, BOS, EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    core.train_from_iterator(corpus, trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD)
+    tok.add_tokens([STEP_TAG])
+    for t in (STEP_TAG, GOOD_TOKEN, BAD_TOKEN, "\n"):
+        single_token_id(tok, t)
+    sample = corpus[0]
+    assert tok.decode(tok.encode(sample)) == sample, "tokenizer does not round-trip"
+    return tok
+
+
+# ---------------------------------------------------------------- batches
+def pad_batch(seqs: list[list[int]], labels: list[list[int]], pad_id: int):
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id)
+    lab = torch.full((len(seqs), width), -100)
+    att = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (s, l) in enumerate(zip(seqs, labels)):
+        ids[i, :len(s)] = torch.tensor(s)
+        lab[i, :len(l)] = torch.tensor(l)
+        att[i, :len(s)] = 1
+    return ids, att, lab
+
+
+def policy_example(tok, p, rng):
+    """Prompt tokens masked out; the model learns the solution and the EOS after it."""
+    prompt = tok.encode(PROMPT_TEMPLATE.format(question=p.question))
+    sol = tok.encode("\n".join(reference_solution(p, rng)) + "\n") + [tok.eos_token_id]
+    return prompt + sol, [-100] * len(prompt) + sol
+
+
+def prm_example(tok, question, steps, labels, good, bad, tag):
+    """(ids, tag targets, LM targets) of one PRM training text.
+
+    Tag targets: the logits at each tag predict "+" or "-". Causal-LM targets are shifted
+    by one (target[t+1] is predicted at t), so a tag at t puts its target at t+1; a pad
+    token appended after the last tag holds the last one.
+    LM targets: the tokens of the *correct* steps, so the PRM keeps the policy's arithmetic
+    while it learns to judge (a PRM trained on the tags alone drifts into a shallow
+    classifier and stalls).
+    """
+    text = prm_text(question, steps)
+    enc = tok(text, return_offsets_mapping=True)
+    ids = enc["input_ids"] + [tok.pad_token_id]
+    tags = [t for t, i in enumerate(ids) if i == tag]
+    assert len(tags) == len(labels), "every step must end in exactly one tag"
+    lab = [-100] * len(ids)
+    lm = [-100] * len(ids)
+    for t, ok in zip(tags, labels):
+        lab[t + 1] = good if ok else bad
+    pos = len(question) + 1                      # where step 0 starts in `text`
+    spans = []
+    for st in steps:
+        st = st.strip()
+        spans.append((pos, pos + len(st)))
+        pos += len(st) + len(STEP_TAG) + 1
+    for t, (a, b) in enumerate(enc["offset_mapping"]):
+        for (s0, s1), ok in zip(spans, labels):
+            if ok and s0 - 1 <= a < s1 and t > 0 and lab[t] == -100:   # s0 - 1: a merged leading space
+                lm[t] = ids[t]
+    return ids, lab, lm
+
+
+def prm_loss(model, ids, att, lab, lm, lm_weight):
+    """Mean CE at the tag targets + lm_weight * mean CE at the LM targets."""
+    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+    ce = torch.nn.functional.cross_entropy
+    tag_loss = ce(logits.reshape(-1, logits.shape[-1]), lab[:, 1:].reshape(-1), ignore_index=-100)
+    if lm_weight <= 0:
+        return tag_loss
+    lm_loss = ce(logits.reshape(-1, logits.shape[-1]), lm[:, 1:].reshape(-1), ignore_index=-100)
+    return tag_loss + lm_weight * lm_loss
+
+
+def inv_sqrt_lr(step, peak, warmup):
+    """Linear warm-up, then peak * sqrt(warmup / step). It does not depend on the run's
+    length, so the policy after k steps of a longer run is the policy of a k-step run."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * math.sqrt(warmup / (step + 1))
+
+
+def train_loop(model, make_batch, steps, lr, warmup, what, log_every=100, evaluate=None, eval_every=0,
+               loss_fn=None):
+    """AdamW steps on `loss_fn(model, *batch)` (default: the causal-LM loss of
+    (ids, attention, labels)); every `eval_every` steps, `evaluate(model, step)`."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    model.train()
+    t0, running = time.time(), 0.0
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = inv_sqrt_lr(step, lr, warmup)
+        batch = make_batch(step)
+        if loss_fn is None:
+            ids, att, lab = batch
+            loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
+        else:
+            loss = loss_fn(model, *batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        running += loss.item()
+        if (step + 1) % log_every == 0:
+            log(f"{what} step {step + 1}/{steps} loss {running / log_every:.4f} ({time.time() - t0:.0f}s)")
+            running = 0.0
+        if evaluate and eval_every and (step + 1) % eval_every == 0:
+            model.eval()
+            log(f"{what} step {step + 1}: {evaluate(model, step + 1)}")
+            model.train()
+    model.eval()
+    return model
+
+
+# ---------------------------------------------------------------- stages
+def train_policy(tok, args):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=args.hidden, intermediate_size=4 * args.hidden,
+        num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=512, tie_word_embeddings=True, rope_theta=10000.0,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(args.seed)
+    model = LlamaForCausalLM(config)
+    rng = random.Random(f"policy:{args.seed}")
+    log(f"policy: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters")
+
+    def make_batch(step):
+        ex = [policy_example(tok, p, rng) for p in train_problems(rng, args.batch)]
+        return pad_batch([e[0] for e in ex], [e[1] for e in ex], tok.pad_token_id)
+
+    val = generate_split("validation", 64, args.seed)
+
+    def evaluate(m, step):
+        if args.snapshots:
+            save(m, tok, args.out / f"policy-step{step}")
+        sols = sample_solutions(m, tok, [p.question for p in val], n=2, temperature=1.0, seed=args.seed)
+        acc = sum(is_correct_solution(p, s) for p, ss in zip(val, sols) for s in ss) / (2 * len(val))
+        return f"validation sample accuracy (T=1) {acc:.1%}"
+
+    return train_loop(model, make_batch, args.policy_steps, args.policy_lr, 200, "policy",
+                      evaluate=evaluate, eval_every=args.eval_every)
+
+
+def sample_prm_data(policy, tok, args):
+    rng = random.Random(f"prm-data:{args.seed}")
+    problems = train_problems(rng, args.prm_problems)
+    samples = sample_solutions(policy, tok, [p.question for p in problems], n=args.prm_samples,
+                               temperature=1.0, seed=args.seed)
+    data = []
+    for p, trajs in zip(problems, samples):
+        for steps in trajs:
+            if steps:
+                data.append((p.question, steps, check_steps(p, steps)))
+    n_steps = sum(len(d[2]) for d in data)
+    n_bad = sum(not ok for d in data for ok in d[2])
+    log(f"PRM data: {len(data)} policy trajectories, {n_steps} steps, {n_bad / max(1, n_steps):.1%} bad")
+    return data
+
+
+def _nudge(number: str, rng: random.Random) -> str:
+    """A near miss: one digit off by one, or two neighbouring digits swapped."""
+    digits = list(number)
+    j = rng.randrange(len(digits))
+    if rng.random() < 0.5 and j + 1 < len(digits) and digits[j] != digits[j + 1]:
+        digits[j], digits[j + 1] = digits[j + 1], digits[j]
+    else:
+        digits[j] = str((int(digits[j]) + rng.choice((1, 9))) % 10)
+    return "".join(digits)
+
+
+def _misbind(p, step: str, rng: random.Random) -> str | None:
+    """A product step whose count or price is taken from another item (the product right)."""
+    m = re.match(r"^(.*?)(\d+) \* (\d+) = \d+$", step)
+    if not m:
+        return None
+    a, b = int(m.group(2)), int(m.group(3))
+    other = rng.choice([it for it in p.items if sorted((it.count, it.price)) != sorted((a, b))])
+    a, b = (other.count, b) if a < 10 else (a, other.count) if b < 10 else (a, b)
+    if rng.random() < 0.5:                      # swap the price instead of the count
+        a, b = (a, other.price) if a < 10 else (other.price, b)
+    return f"{m.group(1)}{a} * {b} = {a * b}"
+
+
+def corrupted_data(n: int, seed: int):
+    """Reference solutions that end in one spoiled step, labelled by the checker: the
+    policy's own kinds of slip, a result off by a digit (any step) or a count or price
+    taken from the wrong item (product steps)."""
+    rng = random.Random(f"prm-synthetic:{seed}")
+    out = []
+    for p in train_problems(rng, n):
+        steps = reference_solution(p, rng)
+        i = rng.randrange(len(steps))
+        bad = _misbind(p, steps[i], rng) if rng.random() < 0.5 else None
+        if bad is None:
+            head, sep, c = steps[i].rpartition(" ")
+            bad = head + sep + _nudge(c, rng)
+        cut = steps[:i] + [bad]
+        out.append((p.question, cut, check_steps(p, cut)))
+    return out
+
+
+def train_prm(policy, tok, data, args):
+    import copy
+
+    model = copy.deepcopy(policy)
+    tag = single_token_id(tok, STEP_TAG)
+    good, bad = single_token_id(tok, GOOD_TOKEN), single_token_id(tok, BAD_TOKEN)
+    examples = []
+    for q, steps, labels in data:
+        examples.append(prm_example(tok, q, steps, labels, good, bad, tag))
+    rng = random.Random(f"prm:{args.seed}")
+    torch.manual_seed(args.seed)
+
+    def make_batch(step):
+        ex = rng.sample(examples, args.batch)
+        ids, att, lab = pad_batch([e[0] for e in ex], [e[1] for e in ex], tok.pad_token_id)
+        _, _, lm = pad_batch([e[0] for e in ex], [e[2] for e in ex], tok.pad_token_id)
+        return ids, att, lab, lm
+
+    return train_loop(model, make_batch, args.prm_steps, args.prm_lr, 100, "prm",
+                      loss_fn=lambda m, *b: prm_loss(m, *b, lm_weight=args.prm_lm_weight))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=CHECKPOINTS)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--vocab-size", type=int, default=640)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--policy-steps", type=int, default=1800)
+    ap.add_argument("--eval-every", type=int, default=300, help="policy validation every N steps (0: never)")
+    ap.add_argument("--policy-lr", type=float, default=3e-3)
+    ap.add_argument("--snapshots", action="store_true", help="save the policy at every evaluation")
+    ap.add_argument("--stage", choices=("all", "policy", "prm"), default="all",
+                    help="prm: reuse OUT/policy and train only the PRM")
+    ap.add_argument("--prm-problems", type=int, default=2000)
+    ap.add_argument("--prm-samples", type=int, default=4)
+    ap.add_argument("--prm-synthetic", type=int, default=2000, help="extra corrupted reference solutions")
+    ap.add_argument("--prm-steps", type=int, default=1000)
+    ap.add_argument("--prm-lm-weight", type=float, default=1.0, help="weight of the LM loss on correct steps")
+    ap.add_argument("--prm-lr", type=float, default=1e-3)
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    if args.stage == "prm":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        policy = AutoModelForCausalLM.from_pretrained(args.out / "policy").eval()
+        tok = AutoTokenizer.from_pretrained(args.out / "policy")
+    else:
+        tok = build_tokenizer(args.seed, args.vocab_size)
+        log(f"tokenizer: {len(tok)} tokens")
+        policy = train_policy(tok, args)
+        save(policy, tok, args.out / "policy")
+    t_policy = time.time() - t0
+    if args.stage == "policy":
+        return
+    data = sample_prm_data(policy, tok, args)
+    n_val = max(1, len(data) // 10)                     # the last 10% checks the PRM
+    train = data[:-n_val] + corrupted_data(args.prm_synthetic, args.seed)
+    prm = train_prm(policy, tok, train, args)
+    val = data[-n_val:]
+    scores = prm_scores(prm, tok, [d[0] for d in val], [[d[1]] for d in val])
+    auc = roc_auc([ok for d in val for ok in d[2]], [s for sc in scores for s in sc[0]])
+    save(prm, tok, args.out / "prm")
+    total = time.time() - t0
+    log(f"PRM step AUC on held-out train-split samples: {auc:.3f}")
+    info = dict(vars(args), out=str(args.out), policy_seconds=round(t_policy), total_seconds=round(total),
+                prm_val_auc=round(auc, 4))
+    (args.out / "training.json").write_text(json.dumps(info, indent=2) + "\n")
+    log(f"done in {total / 60:.1f} min; checkpoints in {args.out}")
+
+
+def save(model, tok, path: Path):
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tok.backend_tokenizer.no_padding()         # sampling and scoring leave padding state behind
+    tok.padding_side = "right"
+    tok.save_pretrained(path)
+    size = sum(f.stat().st_size for f in path.iterdir()) / 1e6
+    log(f"saved {path} ({size:.1f} MB)")
+
+
+if __name__ == "__main__":
+    main()
