@@ -50,6 +50,9 @@ class Strategy(ABC):
         self.config = config
         self.metrics: Counter[str] = Counter()
 
+    def warm_up(self) -> None:
+        """Load what the strategy needs (ETS: its embedding model) before a timed run."""
+
     def prepare(self, frontiers: list[Frontier]) -> None:
         """Called once per round with every frontier about to `select`, so batch work
         (ETS: embedding all new step texts) runs once, not once per problem."""

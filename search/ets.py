@@ -69,6 +69,10 @@ class ETS(Strategy):
             self._clusterer = StepClusterer(self.config.embedder, self.config.cluster_threshold)
         return self._clusterer
 
+    def warm_up(self) -> None:
+        if self.config.lambda_s > 0:
+            self.clusterer.model  # noqa: B018  (loads the embedder once, outside timed work)
+
     def prepare(self, frontiers: list[Frontier]) -> None:
         """Embed the round's step texts in one batch; `select` then finds them cached."""
         if self.config.lambda_s <= 0:
