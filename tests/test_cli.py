@@ -58,8 +58,35 @@ def test_eval_recomputes_accuracy(tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(out), "--agg", "min", "--vote", "majority", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["problems"] == 2 and result["aggregation"] == "min"
-    assert result["correct"] == sum(r["correct"] for r in lines(out)) or result["vote"] == "majority"
+    assert result["problems"] == 2 and result["aggregation"] == "min" and result["vote"] == "majority"
+    # The same choice made from the file's trajectories by hand.
+    from ets.aggregate import choose_answer
+    from ets.grading import is_equivalent
+
+    expected = 0
+    for r in lines(out):
+        trajs = r["trajectories"]
+        chosen = choose_answer([t["answer"] for t in trajs], [t["step_scores"] for t in trajs], "min", "majority")
+        expected += bool(chosen is not None and is_equivalent(chosen, r["ground_truth"]))
+    assert result["correct"] == expected
+
+
+def test_eval_scores_a_file_whose_answers_are_right(tmp_path, capsys):
+    """A hand-made results file: the vote must pick the right answer and count it."""
+    traj = lambda answer, scores: {"steps": ["s"] * len(scores), "step_scores": scores, "answer": answer}
+    records = [
+        # weighted by last score: "7" has 0.9 + 0.2 = 1.1 against "8" with 0.8 -> correct
+        {"id": "a", "ground_truth": "7", "trajectories": [traj("7", [0.9]), traj("8", [0.8]), traj("7.0", [0.2])]},
+        # "5" wins the vote, the truth is "6" -> wrong
+        {"id": "b", "ground_truth": "6", "trajectories": [traj("5", [0.9]), traj("6", [0.1])]},
+    ]
+    path = tmp_path / "hand.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["eval", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["correct"] == 1
+    # With min aggregation and best vote, "b" still picks "5"; "a" picks "7" (0.9).
+    assert main(["eval", str(path), "--agg", "min", "--vote", "best", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == 0.5
 
 
 def _error(capsys, *argv):
