@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ets.demo import POLICY_PATH, PRM_PATH, check_steps, load_test_problems, parse_answer  # noqa: E402
 from ets.demo.hf import prm_scores, sample_solutions  # noqa: E402
-from ets.demo.metrics import roc_auc, weighted_vote  # noqa: E402
+from ets.aggregate import choose_answer  # noqa: E402
+from ets.demo.metrics import roc_auc  # noqa: E402
 
 
 def main(argv=None):
@@ -69,8 +70,9 @@ def main(argv=None):
     def vote_acc(weights_of):
         hits = 0
         for p, trajs, sc, lab in zip(problems, samples, scores, labels):
-            answers = [parse_answer(s[-1]) if s else None for s in trajs]
-            hits += weighted_vote(answers, weights_of(sc, lab)) == p.answer
+            answers = [str(a) if (a := parse_answer(s[-1]) if s else None) is not None else None for s in trajs]
+            weights = [[w] for w in weights_of(sc, lab)]
+            hits += choose_answer(answers, weights, "last", "weighted") == str(p.answer)
         return hits / len(problems)
 
     figures = {

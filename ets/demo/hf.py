@@ -10,7 +10,7 @@ step followed by the tag, steps separated by a newline:
     question + " " + step_1 + " ки\n" + step_2 + " ки\n" + ... + step_n + " ки"
 
 The logits *at* each tag token, restricted to the tokens "+" and "-", give the step's
-score: softmax([logit(+), logit(-)])[0].
+score: softmax([logit(+), logit(-)])[0]. Scoring goes through the `step_tag` reward itself.
 """
 
 from __future__ import annotations
@@ -58,22 +58,12 @@ def sample_solutions(model, tok, questions: Sequence[str], n: int = 1, temperatu
     return [steps[i * n:(i + 1) * n] for i in range(len(questions))]
 
 
-@torch.no_grad()
 def prm_scores(model, tok, questions: Sequence[str], trajectories: Sequence[Sequence[Sequence[str]]],
-               batch_size: int = 128) -> list[list[list[float]]]:
-    """scores[q][t][s] = P(step s of trajectory t of question q is good)."""
-    tag = single_token_id(tok, STEP_TAG)
-    good, bad = single_token_id(tok, GOOD_TOKEN), single_token_id(tok, BAD_TOKEN)
-    flat = [(qi, ti, prm_text(q, traj)) for qi, (q, trajs) in enumerate(zip(questions, trajectories))
-            for ti, traj in enumerate(trajs)]
-    out = [[[] for _ in trajs] for trajs in trajectories]
-    tok.padding_side = "right"
-    for start in range(0, len(flat), batch_size):
-        chunk = flat[start:start + batch_size]
-        enc = tok([t for _, _, t in chunk], return_tensors="pt", padding=True)
-        logits = model(**enc).logits[:, :, [good, bad]].float()
-        probs = logits.softmax(-1)[:, :, 0]
-        for row, (qi, ti, _) in enumerate(chunk):
-            mask = enc["input_ids"][row] == tag
-            out[qi][ti] = probs[row][mask].tolist()
-    return out
+               ) -> list[list[list[float]]]:
+    """scores[q][t][s] = P(step s of trajectory t of question q is good), computed by the
+    same `step_tag` built-in the search uses (plain forward), so the quality bars measure
+    exactly what a search sees."""
+    from rewards.step_tag import StepTagOptions, StepTagPRM
+
+    options = StepTagOptions(tag=STEP_TAG, good_token=GOOD_TOKEN, bad_token=BAD_TOKEN, backend="forward")
+    return StepTagPRM.from_model(model, tok, options).score(questions, trajectories)

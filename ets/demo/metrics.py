@@ -1,8 +1,8 @@
-"""Quality measures of the demo models (used by scripts/demo_quality.py and training)."""
+"""Quality measures of the demo models (used by scripts/demo_quality.py and training).
+The weighted vote is `ets.aggregate.choose_answer`, the one the search uses."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Sequence
 
 import numpy as np
@@ -17,12 +17,3 @@ def roc_auc(labels: Sequence[bool], scores: Sequence[float]) -> float:
         return float("nan")
     ranks = rankdata(s)
     return float((ranks[y].sum() - pos * (pos + 1) / 2) / (pos * neg))
-
-
-def weighted_vote(answers: Sequence[int | None], weights: Sequence[float]):
-    """The answer with the largest total weight (ALGORITHMS.md "weighted"); None if no answer."""
-    total: dict[int, float] = defaultdict(float)
-    for a, w in zip(answers, weights):
-        if a is not None:
-            total[a] += w
-    return max(total, key=total.get) if total else None
