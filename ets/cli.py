@@ -58,9 +58,9 @@ def _demo(args: argparse.Namespace) -> int:
 
     from ets.demo.command import run_demo
     from ets.report import markdown_table
+    from ets.sweep import parse_methods
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    _check_methods(methods)
+    methods = parse_methods(args.methods)
     if args.width < 1 or args.problems < 1:
         raise ConfigError("--width and --problems must be >= 1")
     start = time.perf_counter()
@@ -90,13 +90,6 @@ def _sweep(args: argparse.Namespace) -> int:
         print(line)
     print(f"\ntable.md, table.csv and plots in {out}/")
     return 0
-
-
-def _check_methods(methods: list[str]) -> None:
-    import search
-
-    for m in methods:
-        search.canonical_name(m)  # KeyError listing the known names
 
 
 def build_parser() -> argparse.ArgumentParser:
