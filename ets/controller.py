@@ -81,16 +81,20 @@ def search(
     results: dict[int, dict[str, Any]] = {}
 
     admission = KVAdmission(kv_budget, config.width, config.max_step_tokens)
+    prompts: dict[int, tuple[str, list[int]]] = {}
     rounds, active_sum, peak_active = 0, 0, 0
 
     def admit() -> None:
         projection = sum(admission.projected([a.tree.nodes[i] for i in a.alloc], sum(a.alloc.values())) for a in active)
         while pending and len(active) < concurrency:
             index, problem = pending[-1]
-            prompt, prompt_ids = policy.format_prompt(problem.question)
+            if index not in prompts:  # tokenised once, even if it waits several rounds
+                prompts[index] = policy.format_prompt(problem.question)
+            prompt, prompt_ids = prompts[index]
             if not admission.admits(projection, len(prompt_ids), len(active)):
                 break  # wait until a finished search frees its share of the budget
             pending.pop()
+            del prompts[index]
             tree = SearchTree(prompt, prompt_ids)
             active.append(_Active(index, problem, tree, {0: config.width}, config.width))
             projection += admission.projected([tree.root], config.width)
