@@ -42,7 +42,6 @@ class HFPolicy:
         self.max_rows = max_rows
         self.cutter = StepCutter(tokenizer, policy.step_delimiter, search.max_step_tokens)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.generator_seed = search.seed
         torch.manual_seed(search.seed)  # generate() samples from the global generator
         self._stats = {"generated_tokens": 0, "computed_tokens": 0, "expand_calls": 0, "peak_kv_tokens": 0}
 

@@ -2,7 +2,6 @@
 one-line errors for bad input."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest

@@ -4,7 +4,6 @@ and locks that follow the live nodes of the search."""
 import zlib
 
 import pytest
-import torch
 
 from ets.config import PolicyConfig, SearchConfig
 from ets.controller import search

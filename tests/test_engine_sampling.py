@@ -1,7 +1,6 @@
 """Sampling is seeded per sequence and stops where it should."""
 
 import pytest
-import torch
 
 from ets.engine import Engine
 from ets.tiny import build_tiny_model

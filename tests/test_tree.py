@@ -1,7 +1,6 @@
 import json
 
 from ets.tree import SearchTree, kv_size
-from tests.helpers import add_children
 
 
 def build():
