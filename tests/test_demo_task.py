@@ -75,18 +75,27 @@ def test_checker_accepts_every_valid_order_in_every_phrasing():
 
 
 def corruptions(p, step: str):
-    """Wrong variants of a correct step: result off, operand off, wrong label."""
+    """Wrong variants of a correct step: result off, operand off, operand of another item."""
     head, _, c = step.rpartition(" = ")
     yield f"{head} = {int(c) + 1}"
     yield f"{head} = {int(c) * 10}"
     label, a, op, b = head.rsplit(" ", 3)
     yield f"{label} {int(a) + 1} {op} {b} = {c}"
-    if op == "*":                                   # the label names another item
+    if op == "*":                                   # another item's price, product right
         item = next(it for it in p.items if sorted((it.count, it.price)) == sorted((int(a), int(b))))
-        other = next(it for it in p.items if it is not item)
-        yield f"{other.noun.capitalize()}: {a} {op} {b} = {c}"
-    else:
-        yield f"Mystery thing: {a} {op} {b} = {c}"
+        pairs = {tuple(sorted((it.count, it.price))) for it in p.items}
+        other = next((it for it in p.items if tuple(sorted((item.count, it.price))) not in pairs), None)
+        if other is not None:
+            yield f"{label} {item.count} * {other.price} = {item.count * other.price}"
+
+
+def test_checker_judges_the_math_not_the_label():
+    p = next(p for p in problems(50, 3) if len(p.items) == 2)
+    a, b = p.items
+    right = [f"Cost of the {b.noun}: {a.count} * {a.price} = {a.cost}",   # misnamed, still right
+             f"Mystery: {b.count} * {b.price} = {b.cost}",
+             f"Whatever: {a.cost} + {b.cost} = {p.total}"]
+    assert check_steps(p, right) == [True, True, True]
 
 
 def test_checker_rejects_corrupted_steps_and_what_follows_from_them():

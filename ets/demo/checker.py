@@ -13,9 +13,10 @@ is correct iff
         a + b   two known, disjoint partial sums of the item costs (either order)
         a - b   budget - total (change) or total - coupon (coupon), total known
         a / b   total / friends (share), total known
-  - and its label does not misname it: a product's label names no *other* item of the
-    problem; a sum's label says "total", "together" or "subtotal", or names every item in
-    it; the last operation's label has a word of its kind ("change", "coupon", "each" ...).
+The label before the equation is free text: the checker judges what a step computes, not
+what it calls it. (It once also rejected labels that named the wrong item. The demo
+policy learns to bind nouns to numbers long after it computes right, so those labels
+marked right arithmetic wrong and became most of what the PRM had to learn.)
 A final-answer step is correct iff N is the answer. A value a wrong step produced is never
 known, so a mistake also makes every later step that builds on it wrong (a later step that
 does not use it, e.g. another item's cost, stays correct).
@@ -31,16 +32,9 @@ from typing import Sequence
 
 from ets.demo.task import Problem
 
-_STEP_RE = re.compile(r"^(?P<label>[^\d]*?)\s*(?P<a>\d+) (?P<op>[-+*/]) (?P<b>\d+) = (?P<c>-?\d+)\.?$")
+_STEP_RE = re.compile(r"^(?P<label>.*?)\s*(?P<a>\d+) (?P<op>[-+*/]) (?P<b>\d+) = (?P<c>-?\d+)\.?$")
 _ANSWER_RE = re.compile(r"^the answer is:?\s*(?P<n>-?\d+)\.?$", re.IGNORECASE)
-_SUM_WORDS = ("total", "together", "subtotal")
-_FINAL_WORDS = {"change": ("change", "back"), "coupon": ("coupon", "pays"), "share": ("each", "per friend")}
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
-
-
-def _names(label: str, noun: str) -> bool:
-    """Does `label` name `noun` as a word ("books" is not named by "notebooks")?"""
-    return re.search(rf"\b{noun}\b", label) is not None
 
 
 def parse_answer(step: str) -> int | None:
@@ -64,12 +58,11 @@ class _State:
         self.known: set[frozenset[int]] = set()     # partial sums computed by correct steps
         self.full = frozenset(range(len(problem.items)))
 
-    def step(self, label: str, a: int, op: str, b: int, c: int) -> bool:
-        p, label = self.p, label.lower()
+    def step(self, a: int, op: str, b: int) -> bool:
+        p = self.p
         if op == "*":
             for i, it in enumerate(p.items):
-                others = (o.noun for j, o in enumerate(p.items) if j != i)
-                if sorted((a, b)) == sorted((it.count, it.price)) and not any(_names(label, n) for n in others):
+                if sorted((a, b)) == sorted((it.count, it.price)):
                     self.known.add(frozenset([i]))
                     return True
             return False
@@ -77,16 +70,13 @@ class _State:
             sa, sb = self.by_value.get(a), self.by_value.get(b)
             if sa is None or sb is None or sa & sb or sa not in self.known or sb not in self.known:
                 return False
-            union = sa | sb
-            named = any(w in label for w in _SUM_WORDS) or all(_names(label, p.items[i].noun) for i in union)
-            if named:
-                self.known.add(union)
-            return named
+            self.known.add(sa | sb)
+            return True
         if self.full not in self.known or p.kind == "total":
             return False
         expected = {"change": (p.extra, "-", p.total), "coupon": (p.total, "-", p.extra),
                     "share": (p.total, "/", p.extra)}[p.kind]
-        return (a, op, b) == expected and any(w in label for w in _FINAL_WORDS[p.kind])
+        return (a, op, b) == expected
 
 
 def check_steps(problem: Problem, steps: Sequence[str]) -> list[bool]:
@@ -104,7 +94,7 @@ def check_steps(problem: Problem, steps: Sequence[str]) -> list[bool]:
             out.append(False)
             continue
         a, b, c, op = int(m["a"]), int(m["b"]), int(m["c"]), m["op"]
-        out.append(_arith_ok(a, op, b, c) and state.step(m["label"], a, op, b, c))
+        out.append(_arith_ok(a, op, b, c) and state.step(a, op, b))
     return out
 
 

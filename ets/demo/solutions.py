@@ -5,7 +5,7 @@ fact `a op b = c` about a named quantity, and the last step is `The answer is: N
 
 A solution *order* is a list of moves over the problem's DAG:
 
-    ("mul", i)          the cost of item i            Pens: 7 * 23 = 161
+    ("mul", i)          the cost of item i            7 pens at 23 dollars: 7 * 23 = 161
     ("add", A, B)       join two disjoint partial sums  Pens and cups: 161 + 152 = 313
                         (A, B: frozensets of item indices; their union becomes available)
     ("final",)          the last operation             Change: 500 - 313 = 187
@@ -26,9 +26,12 @@ from ets.demo.task import Problem
 
 ANSWER_PREFIX = "The answer is: "
 
-# Labels; `{eq}` is the equation "a op b = c". The checker accepts a label iff it contains
-# one of the move's keywords (ets/demo/checker.py), so every template here must.
-ITEM_TEMPLATES = ("{Noun}: {eq}", "The {noun} cost {eq}", "Cost of the {noun}: {eq}")
+# Labels; `{eq}` is the equation "a op b = c". The checker judges the equation, not the
+# label (ets/demo/checker.py); the labels vary the wording of siblings.
+# An item's step restates the item as the question words it ("5 pens at 46 dollars"): a
+# verbatim span a small model copies reliably (an induction-style copy), where naming the
+# noun alone left it to bind the noun's count and price by itself, which it learned last.
+ITEM_TEMPLATES = ("{item}: {eq}", "The {item} cost {eq}", "Cost of {item}: {eq}")
 PARTIAL_TEMPLATES = ("{Nouns}: {eq}", "Subtotal: {eq}")
 TOTAL_TEMPLATES = ("Total: {eq}", "In total {pron} spends {eq}", "All together: {eq}")
 FINAL_TEMPLATES = {
@@ -103,7 +106,8 @@ def step_text(p: Problem, move: Move, rng: random.Random | None = None, style: i
         it = p.items[move[1]]
         a, b = (it.price, it.count) if swap else (it.count, it.price)
         eq = f"{a} * {b} = {it.cost}"
-        return pick(ITEM_TEMPLATES).format(eq=eq, noun=it.noun, Noun=it.noun.capitalize(), **fmt)
+        item = f"{it.count} {it.noun} at {it.price} dollars"
+        return pick(ITEM_TEMPLATES).format(eq=eq, item=item, **fmt)
     if kind == "add":
         left, right = (move[2], move[1]) if swap else (move[1], move[2])
         eq = f"{_value(p, left)} + {_value(p, right)} = {_value(p, left | right)}"

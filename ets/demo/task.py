@@ -32,7 +32,7 @@ NAMES = (
     ("Kate", "she"), ("Leo", "he"), ("Mia", "she"), ("Noah", "he"), ("Olga", "she"),
     ("Paul", "he"),
 )
-# Plural nouns: the checker matches them in step labels as whole words.
+# Plural nouns; step labels name them (partial sums) or restate the item with them.
 NOUNS = (
     "apples", "books", "candles", "dolls", "eggs", "flags", "gloves", "hats", "jars",
     "kites", "lamps", "mugs", "notebooks", "oranges", "pens", "plates", "rugs", "shirts",
