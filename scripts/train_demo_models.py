@@ -3,24 +3,28 @@
     python scripts/train_demo_models.py                  # -> ets/demo/checkpoints/{policy,prm}
     python scripts/train_demo_models.py --out /tmp/ck    # elsewhere
 
-Stages (each seeded; one CPU thread by default, so the result does not depend on the machine):
+Stages (each seeded; 2 threads and bf16 autocast by default, about 1.8x faster than one
+thread in fp32 on an AVX512-BF16 CPU; `--threads 1 --no-bf16` for the slow exact path):
 1. Tokenizer: byte-level BPE trained on demo text with every digit its own token (so the
    models see numbers digit by digit), plus the step tag " ки"; "+" and "-" are byte
    tokens. Wrapped as a PreTrainedTokenizerFast; no BOS is added.
-2. Policy: a small LlamaForCausalLM trained on reference solutions of train-split
-   problems (random valid order, random wording): prompt = question + "\n", then the steps,
-   each ending in "\n", then EOS. The loss covers the solution tokens only. It is stopped
-   early on purpose: it still slips on multi-digit arithmetic, so search has room to help.
+2. Policy: a small LlamaForCausalLM (4 layers, hidden 128, 4 heads) trained on reference
+   solutions of train-split problems (random valid order, random wording): prompt =
+   question + "\n", then the steps, each ending in "\n", then EOS. The loss covers the
+   solution tokens only. It is stopped early on purpose (2200 steps: about 44% right per
+   sample at T=1, 66% greedy; 3300 steps reach 62%, above the band), so search has room.
 3. PRM data: the policy samples solutions (temperature 1.0) to fresh train-split problems;
    the step checker labels every step. Added: reference solutions ending in one spoiled
-   step (a digit off, or a count / price taken from another item).
-4. PRM: initialised from the policy, trained so that the logits at each " ки" tag of
-   question + " " + step_1 + " ки\n" + ... predict "+" (good step) or "-" (bad step),
-   plus the LM loss on the tokens of the correct steps (keeps the policy's arithmetic).
-   The last 10% of the policy samples are held out and give the PRM's step AUC.
+   step (a digit off, a count / price taken from another item, or a sum of a value never
+   computed).
+4. PRM: the policy plus 2 decoder layers that start as the identity (see `deepen`),
+   trained so that the logits at each " ки" tag of question + " " + step_1 + " ки\n" + ...
+   predict "+" (good step) or "-" (bad step), plus the LM loss on the tokens of the correct
+   steps (keeps the policy's arithmetic). The last 10% of the policy samples are held out
+   and give the PRM's step AUC.
 Both checkpoints are saved in Hugging Face format (safetensors) with their tokenizer.
 `--stage policy` / `--stage prm` run the two halves separately (prm reuses OUT/policy).
-Shipped run: policy 1800 steps ~18 min, PRM stage ~13 min (1 thread, shared 2-core CPU).
+The shipped run's timings are in ets/demo/checkpoints/training.json.
 """
 
 from __future__ import annotations
@@ -160,7 +164,7 @@ def inv_sqrt_lr(step, peak, warmup):
 
 
 def train_loop(model, make_batch, steps, lr, warmup, what, log_every=100, evaluate=None, eval_every=0,
-               loss_fn=None):
+               loss_fn=None, bf16=False):
     """AdamW steps on `loss_fn(model, *batch)` (default: the causal-LM loss of
     (ids, attention, labels)); every `eval_every` steps, `evaluate(model, step)`."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
@@ -170,11 +174,14 @@ def train_loop(model, make_batch, steps, lr, warmup, what, log_every=100, evalua
         for g in opt.param_groups:
             g["lr"] = inv_sqrt_lr(step, lr, warmup)
         batch = make_batch(step)
-        if loss_fn is None:
-            ids, att, lab = batch
-            loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
-        else:
-            loss = loss_fn(model, *batch)
+        # bf16 autocast: the weights and optimizer stay fp32; ~1.4-1.8x faster on CPUs with
+        # AVX512-BF16, and no change in what the models learn at this scale.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            if loss_fn is None:
+                ids, att, lab = batch
+                loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
+            else:
+                loss = loss_fn(model, *batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -197,7 +204,7 @@ def train_policy(tok, args):
 
     config = LlamaConfig(
         vocab_size=len(tok), hidden_size=args.hidden, intermediate_size=4 * args.hidden,
-        num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
+        num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=args.kv_heads,
         max_position_embeddings=512, tie_word_embeddings=True, rope_theta=10000.0,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
     )
@@ -217,10 +224,12 @@ def train_policy(tok, args):
             save(m, tok, args.out / f"policy-step{step}")
         sols = sample_solutions(m, tok, [p.question for p in val], n=2, temperature=1.0, seed=args.seed)
         acc = sum(is_correct_solution(p, s) for p, ss in zip(val, sols) for s in ss) / (2 * len(val))
-        return f"validation sample accuracy (T=1) {acc:.1%}"
+        greedy = sample_solutions(m, tok, [p.question for p in val], n=1, temperature=0)
+        g_acc = sum(is_correct_solution(p, ss[0]) for p, ss in zip(val, greedy)) / len(val)
+        return f"validation accuracy: sampled (T=1) {acc:.1%}, greedy {g_acc:.1%}"
 
     return train_loop(model, make_batch, args.policy_steps, args.policy_lr, 200, "policy",
-                      evaluate=evaluate, eval_every=args.eval_every)
+                      evaluate=evaluate, eval_every=args.eval_every, bf16=args.bf16)
 
 
 def sample_prm_data(policy, tok, args):
@@ -263,16 +272,32 @@ def _misbind(p, step: str, rng: random.Random) -> str | None:
     return f"{m.group(1)}{a} * {b} = {a * b}"
 
 
+def _wrong_operand(step: str, rng: random.Random) -> str | None:
+    """A sum or difference of a value that was never computed (an operand a digit off),
+    with the arithmetic right: the step is wrong only in what it builds on."""
+    m = re.match(r"^(.*?)(\d+) ([-+]) (\d+) = -?\d+$", step)
+    if not m:
+        return None
+    a, op, b = m.group(2), m.group(3), m.group(4)
+    if rng.random() < 0.5:
+        a = _nudge(a, rng)
+    else:
+        b = _nudge(b, rng)
+    c = int(a) + int(b) if op == "+" else int(a) - int(b)
+    return f"{m.group(1)}{int(a)} {op} {int(b)} = {c}"
+
+
 def corrupted_data(n: int, seed: int):
     """Reference solutions that end in one spoiled step, labelled by the checker: the
-    policy's own kinds of slip, a result off by a digit (any step) or a count or price
-    taken from the wrong item (product steps)."""
+    policy's own kinds of slip, a result off by a digit (any step), a count or price
+    taken from the wrong item (product steps) or a sum of a value never computed."""
     rng = random.Random(f"prm-synthetic:{seed}")
     out = []
     for p in train_problems(rng, n):
         steps = reference_solution(p, rng)
         i = rng.randrange(len(steps))
-        bad = _misbind(p, steps[i], rng) if rng.random() < 0.5 else None
+        r = rng.random()
+        bad = _misbind(p, steps[i], rng) if r < 1 / 3 else _wrong_operand(steps[i], rng) if r < 2 / 3 else None
         if bad is None:
             head, sep, c = steps[i].rpartition(" ")
             bad = head + sep + _nudge(c, rng)
@@ -281,10 +306,34 @@ def corrupted_data(n: int, seed: int):
     return out
 
 
-def train_prm(policy, tok, data, args):
+def deepen(policy, extra_layers: int):
+    """The policy with `extra_layers` more decoder layers on top, each starting as the
+    identity (attention and MLP output projections zero), so the PRM starts as the policy.
+
+    Why: a step's verdict is read at its tag, after the step, so it must compare what the
+    policy's layers computed along the step (e.g. the product it expected) with what was
+    written; fresh layers on top of the policy's own do that far better than reusing them
+    (held-out step AUC 0.83 -> 0.89 in the shipped configuration's trials)."""
     import copy
 
-    model = copy.deepcopy(policy)
+    from transformers import LlamaForCausalLM
+
+    if extra_layers == 0:
+        return copy.deepcopy(policy)
+    config = copy.deepcopy(policy.config)
+    config.num_hidden_layers += extra_layers
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    missing, unexpected = model.load_state_dict(policy.state_dict(), strict=False)
+    assert not unexpected and all(".layers." in k for k in missing), (missing, unexpected)
+    for layer in model.model.layers[-extra_layers:]:
+        torch.nn.init.zeros_(layer.self_attn.o_proj.weight)
+        torch.nn.init.zeros_(layer.mlp.down_proj.weight)
+    return model
+
+
+def train_prm(policy, tok, data, args):
+    model = deepen(policy, args.prm_extra_layers)
     tag = single_token_id(tok, STEP_TAG)
     good, bad = single_token_id(tok, GOOD_TOKEN), single_token_id(tok, BAD_TOKEN)
     examples = []
@@ -300,20 +349,22 @@ def train_prm(policy, tok, data, args):
         return ids, att, lab, lm
 
     return train_loop(model, make_batch, args.prm_steps, args.prm_lr, 100, "prm",
-                      loss_fn=lambda m, *b: prm_loss(m, *b, lm_weight=args.prm_lm_weight))
+                      loss_fn=lambda m, *b: prm_loss(m, *b, lm_weight=args.prm_lm_weight), bf16=args.bf16)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=CHECKPOINTS)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-bf16", dest="bf16", action="store_false", help="train in fp32 (bf16 autocast by default)")
     ap.add_argument("--vocab-size", type=int, default=640)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=4, help="key-value heads (of 4 attention heads)")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--policy-steps", type=int, default=1800)
-    ap.add_argument("--eval-every", type=int, default=300, help="policy validation every N steps (0: never)")
+    ap.add_argument("--policy-steps", type=int, default=2200)
+    ap.add_argument("--eval-every", type=int, default=1100, help="policy validation every N steps (0: never)")
     ap.add_argument("--policy-lr", type=float, default=3e-3)
     ap.add_argument("--snapshots", action="store_true", help="save the policy at every evaluation")
     ap.add_argument("--stage", choices=("all", "policy", "prm"), default="all",
@@ -321,7 +372,8 @@ def main(argv=None):
     ap.add_argument("--prm-problems", type=int, default=2000)
     ap.add_argument("--prm-samples", type=int, default=4)
     ap.add_argument("--prm-synthetic", type=int, default=2000, help="extra corrupted reference solutions")
-    ap.add_argument("--prm-steps", type=int, default=1000)
+    ap.add_argument("--prm-steps", type=int, default=2400)
+    ap.add_argument("--prm-extra-layers", type=int, default=2, help="decoder layers the PRM adds on top of the policy's")
     ap.add_argument("--prm-lm-weight", type=float, default=1.0, help="weight of the LM loss on correct steps")
     ap.add_argument("--prm-lr", type=float, default=1e-3)
     args = ap.parse_args(argv)
