@@ -6,9 +6,10 @@
     splits.py      disjoint train / validation / test splits; the shipped test file
     hf.py          plain-transformers sampling and PRM scoring (training, quality bars, tests)
     metrics.py     ROC AUC and the weighted vote used by scripts/demo_quality.py
-    checkpoints/   policy/ and prm/ (LlamaForCausalLM, 1.06M parameters each, one shared
-                   588-token BPE tokenizer with digits split), trained by
-                   scripts/train_demo_models.py; training.json records the run
+    checkpoints/   policy/ (LlamaForCausalLM, 4 layers, 1.12M parameters) and prm/ (the
+                   policy plus 2 layers, 1.65M), one shared 564-token BPE tokenizer with
+                   digits split, trained by scripts/train_demo_models.py; training.json
+                   records the run
 
 The constants below are the formats the demo models were trained on; the search settings
 live in demo.yaml (a test checks that the two agree).
