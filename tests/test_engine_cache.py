@@ -122,6 +122,24 @@ def test_pool_full_of_locks_spills_instead_of_failing(model_tok):
         engine.generate([random_tokens(60, seed=5)], max_new_tokens=10)
 
 
+def test_a_call_whose_own_results_outgrow_the_pool_spills_them(model_tok):
+    """8 sampled continuations of 9 new tokens each lock 10 + 8 * 9 = 82 tokens, more than
+    the 64-token pool: the call spills its own finished results instead of failing, and
+    returns what a roomy pool returns."""
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=64)
+    roomy = Engine(model, tok, kv_budget_tokens=4096)
+    request = [(random_tokens(10, seed=6), 8)]
+    got = engine.expand(request, max_new_tokens=10, temperature=1.0, seed=0, ignore_eos=True)
+    want = roomy.expand(request, max_new_tokens=10, temperature=1.0, seed=0, ignore_eos=True)
+    assert [c.token_ids for c in got[0]] == [c.token_ids for c in want[0]]
+    assert engine.stats()["spilled_handles"] >= 1
+    engine.check()
+    engine.release([c.handle for c in got[0]])
+    assert engine.stats()["locked_kv_tokens"] == 0 and engine.stats()["live_handles"] == 0
+    engine.check()
+
+
 def test_shared_prefixes_are_computed_once(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=1024)

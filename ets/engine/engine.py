@@ -54,6 +54,7 @@ class Engine:
         self.spilled: set[int] = set()
         self.scheduler.relieve = self._spill_oldest
         self._next_handle = 0
+        self._inflight: list[Seq] = []      # the sequences of the running expand() call
         self._flags: dict[tuple, list[bool]] = {}
         self.eos_ids = _eos_ids(model, tokenizer)
 
@@ -92,6 +93,7 @@ class Engine:
         cache until its handle is released."""
         params = self._params(max_new_tokens, temperature, top_p, top_k, stop, ignore_eos)
         seqs = self._seqs(requests, params, seed, lock=True)
+        self._inflight = seqs
         try:
             self._prefill_shared([(tuple(t), len(t) - 1, n) for t, n in requests])
             self.scheduler.run(seqs)
@@ -100,12 +102,17 @@ class Engine:
                 if seq.result_node is not None:
                     self.tree.unlock(seq.result_node)
             raise
+        finally:
+            self._inflight = []
         out, it = [], iter(seqs)
         for _, n in requests:
             conts = []
             for seq in (next(it) for _ in range(n)):
                 handle, self._next_handle = self._next_handle, self._next_handle + 1
-                self.handles[handle] = seq.result_node
+                if seq.result_node is None:     # its lock was spilled during this call
+                    self.spilled.add(handle)
+                else:
+                    self.handles[handle] = seq.result_node
                 conts.append(Continuation(handle, seq.new_tokens, seq.finish))
             out.append(conts)
         return out
@@ -124,8 +131,16 @@ class Engine:
     def _spill_oldest(self) -> bool:
         """Out of memory with every slot locked: unlock the oldest live handle, so its path
         becomes evictable. The handle stays valid; extending that path later recomputes it
-        (the caller passes tokens, not handles), so a search slows down instead of failing."""
+        (the caller passes tokens, not handles), so a search slows down instead of failing.
+        With no handle left, the results this expand() call already finished are spilled
+        (a call whose own results outgrow the pool, e.g. many wide searches at once)."""
         if not self.handles:
+            for seq in self._inflight:
+                if seq.result_node is not None:
+                    self.tree.unlock(seq.result_node)
+                    seq.result_node = None
+                    self.counters["spilled_handles"] += 1
+                    return True
             return False
         oldest = min(self.handles)
         self.tree.unlock(self.handles.pop(oldest))
