@@ -175,7 +175,7 @@ def train_loop(model, make_batch, steps, lr, warmup, what, log_every=100, evalua
             g["lr"] = inv_sqrt_lr(step, lr, warmup)
         batch = make_batch(step)
         # bf16 autocast: the weights and optimizer stay fp32; ~1.4-1.8x faster on CPUs with
-        # AVX512-BF16, and no change in what the models learn at this scale.
+        # AVX512-BF16 (in a trial, bf16 and fp32 PRMs reached the same held-out AUC, 0.81).
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             if loss_fn is None:
                 ids, att, lab = batch
@@ -312,8 +312,9 @@ def deepen(policy, extra_layers: int):
 
     Why: a step's verdict is read at its tag, after the step, so it must compare what the
     policy's layers computed along the step (e.g. the product it expected) with what was
-    written; fresh layers on top of the policy's own do that far better than reusing them
-    (held-out step AUC 0.83 -> 0.89 in the shipped configuration's trials)."""
+    written; fresh layers on top of the policy's own do that better than reusing them
+    (trials, held-out step AUC against a same-data 4-layer PRM: 0.81 -> 0.83, and 0.86 ->
+    0.89 with the shipped policy)."""
     import copy
 
     from transformers import LlamaForCausalLM
