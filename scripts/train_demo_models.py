@@ -313,8 +313,8 @@ def deepen(policy, extra_layers: int):
     Why: a step's verdict is read at its tag, after the step, so it must compare what the
     policy's layers computed along the step (e.g. the product it expected) with what was
     written; fresh layers on top of the policy's own do that better than reusing them
-    (trials, held-out step AUC against a same-data 4-layer PRM: 0.81 -> 0.83, and 0.86 ->
-    0.89 with the shipped policy)."""
+    (trials, held-out step AUC: 0.81 for a 4-layer PRM -> 0.83 with 2 more, same data and
+    steps; with the shipped policy 0.89, against 0.86 for a 4-layer PRM trained longer)."""
     import copy
 
     from transformers import LlamaForCausalLM
