@@ -33,7 +33,6 @@ import argparse
 import json
 import math
 import random
-import re
 import sys
 import time
 from pathlib import Path
@@ -44,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ets.demo import (BAD_TOKEN, CHECKPOINTS, GOOD_TOKEN, PROMPT_TEMPLATE, STEP_TAG, check_steps,  # noqa: E402
                       generate_problem, generate_split, is_correct_solution, reference_solution, split_of)
+from ets.demo.checker import parse_equation  # noqa: E402
 from ets.demo.metrics import roc_auc  # noqa: E402
 from ets.demo.hf import prm_scores, prm_text, sample_solutions, single_token_id  # noqa: E402
 
@@ -261,30 +261,30 @@ def _nudge(number: str, rng: random.Random) -> str:
 
 def _misbind(p, step: str, rng: random.Random) -> str | None:
     """A product step whose count or price is taken from another item (the product right)."""
-    m = re.match(r"^(.*?)(\d+) \* (\d+) = \d+$", step)
-    if not m:
+    eq = parse_equation(step)
+    if eq is None or eq.op != "*":
         return None
-    a, b = int(m.group(2)), int(m.group(3))
+    a, b = eq.a, eq.b
     other = rng.choice([it for it in p.items if sorted((it.count, it.price)) != sorted((a, b))])
     a, b = (other.count, b) if a < 10 else (a, other.count) if b < 10 else (a, b)
     if rng.random() < 0.5:                      # swap the price instead of the count
         a, b = (a, other.price) if a < 10 else (other.price, b)
-    return f"{m.group(1)}{a} * {b} = {a * b}"
+    return f"{eq.label} {a} * {b} = {a * b}"
 
 
 def _wrong_operand(step: str, rng: random.Random) -> str | None:
     """A sum or difference of a value that was never computed (an operand a digit off),
     with the arithmetic right: the step is wrong only in what it builds on."""
-    m = re.match(r"^(.*?)(\d+) ([-+]) (\d+) = -?\d+$", step)
-    if not m:
+    eq = parse_equation(step)
+    if eq is None or eq.op not in "+-":
         return None
-    a, op, b = m.group(2), m.group(3), m.group(4)
+    a, b = str(eq.a), str(eq.b)
     if rng.random() < 0.5:
         a = _nudge(a, rng)
     else:
         b = _nudge(b, rng)
-    c = int(a) + int(b) if op == "+" else int(a) - int(b)
-    return f"{m.group(1)}{int(a)} {op} {int(b)} = {c}"
+    c = int(a) + int(b) if eq.op == "+" else int(a) - int(b)
+    return f"{eq.label} {int(a)} {eq.op} {int(b)} = {c}"
 
 
 def corrupted_data(n: int, seed: int):

@@ -28,13 +28,28 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ets.demo.task import Problem
 
 _STEP_RE = re.compile(r"^(?P<label>.*?)\s*(?P<a>\d+) (?P<op>[-+*/]) (?P<b>\d+) = (?P<c>-?\d+)\.?$")
 _ANSWER_RE = re.compile(r"^the answer is:?\s*(?P<n>-?\d+)\.?$", re.IGNORECASE)
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+
+
+class Equation(NamedTuple):
+    """A step `<label> a op b = c`, parsed."""
+    label: str
+    a: int
+    op: str
+    b: int
+    c: int
+
+
+def parse_equation(step: str) -> Equation | None:
+    """The equation of a step, or None if `step` is not `<label> a op b = c`."""
+    m = _STEP_RE.match(step.strip())
+    return Equation(m["label"], int(m["a"]), m["op"], int(m["b"]), int(m["c"])) if m else None
 
 
 def parse_answer(step: str) -> int | None:
@@ -89,12 +104,8 @@ def check_steps(problem: Problem, steps: Sequence[str]) -> list[bool]:
         if n is not None:
             out.append(n == problem.answer)
             continue
-        m = _STEP_RE.match(step)
-        if not m:
-            out.append(False)
-            continue
-        a, b, c, op = int(m["a"]), int(m["b"]), int(m["c"]), m["op"]
-        out.append(_arith_ok(a, op, b, c) and state.step(a, op, b))
+        eq = parse_equation(step)
+        out.append(eq is not None and _arith_ok(eq.a, eq.op, eq.b, eq.c) and state.step(eq.a, eq.op, eq.b))
     return out
 
 
