@@ -45,6 +45,7 @@ class _Active:
     strategy_metrics: Counter = field(default_factory=Counter)
     handles: dict[int, Any] = field(default_factory=dict)  # node id -> the policy's lock
     kv_size_steps: list[int] = field(default_factory=list)
+    peak_footprint: float = 0.0  # the most KV tokens a round of this search has locked
     started: float = field(default_factory=time.perf_counter)
 
 
@@ -70,8 +71,9 @@ def search(
     once per finished problem. `save_trees` adds each whole search tree to its record.
 
     At most `concurrency` problems are in flight; with `kv_budget` (tokens), fewer, as the
-    projected KV of the active searches allows (ets/admission.py). `run_stats`, if given,
-    receives the number of rounds and the mean and peak number of problems in flight.
+    KV the active searches are expected to lock at their peak allows (ets/admission.py). `run_stats`, if given,
+    receives the number of rounds, the mean and peak number of problems in flight, and
+    the mean over problems of the most KV tokens one round of a search locked.
     """
     strategy = strategy or build(config)
     name = getattr(reward, "name", getattr(reward, "__name__", type(reward).__name__))
@@ -82,22 +84,28 @@ def search(
 
     admission = KVAdmission(kv_budget, config.width, config.max_step_tokens)
     prompts: dict[int, tuple[str, list[int]]] = {}
-    rounds, active_sum, peak_active = 0, 0, 0
+    rounds, active_sum, peak_active, peaks = 0, 0, 0, []
 
     def admit() -> None:
-        projection = sum(admission.projected([a.tree.nodes[i] for i in a.alloc], sum(a.alloc.values())) for a in active)
+        reserved = 0.0
+        for a in active:
+            footprint = admission.footprint([a.tree.nodes[i] for i in a.alloc], sum(a.alloc.values()))
+            a.peak_footprint = max(a.peak_footprint, footprint)
+            reserved += admission.reservation(footprint, a.tree.root.num_tokens)
         while pending and len(active) < concurrency:
             index, problem = pending[-1]
             if index not in prompts:  # tokenised once, even if it waits several rounds
                 prompts[index] = policy.format_prompt(problem.question)
             prompt, prompt_ids = prompts[index]
-            if not admission.admits(projection, len(prompt_ids), len(active)):
+            if not admission.admits(reserved, len(prompt_ids), len(active)):
                 break  # wait until a finished search frees its share of the budget
             pending.pop()
             del prompts[index]
             tree = SearchTree(prompt, prompt_ids)
-            active.append(_Active(index, problem, tree, {0: config.width}, config.width))
-            projection += admission.projected([tree.root], config.width)
+            a = _Active(index, problem, tree, {0: config.width}, config.width)
+            a.peak_footprint = admission.footprint([tree.root], config.width)
+            reserved += admission.reservation(a.peak_footprint, len(prompt_ids))
+            active.append(a)
 
     admit()
     while active:
@@ -136,6 +144,8 @@ def search(
                 still_active.append(a)
             else:
                 results[a.index] = _finish(a, config, save_trees)
+                admission.finished(a.peak_footprint)
+                peaks.append(a.peak_footprint)
                 if on_result is not None:
                     on_result(results[a.index])
                 if progress is not None:
@@ -143,7 +153,8 @@ def search(
         active[:] = still_active
         admit()
     if run_stats is not None:
-        run_stats.update(rounds=rounds, mean_active=active_sum / rounds if rounds else 0.0, peak_active=peak_active)
+        run_stats.update(rounds=rounds, mean_active=active_sum / rounds if rounds else 0.0, peak_active=peak_active,
+                         mean_search_peak_kv=sum(peaks) / len(peaks) if peaks else 0.0)
     return [results[i] for i in sorted(results)]
 
 

@@ -65,7 +65,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
                 writer.write(record)
                 new_records.append(record)
 
-            # On the engine the pool is the budget: admit problems as its projected KV allows.
+            # On the engine the pool is the budget: admit problems while their expected peak KV fits.
             budget = config.policy.kv_budget_tokens if config.policy.backend == "engine" else None
             start = time.perf_counter()
             search(

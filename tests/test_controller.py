@@ -133,7 +133,7 @@ def test_kv_budget_limits_problems_in_flight(policy):
     assert [r["id"] for r in a] == [r["id"] for r in b] == ["0", "1", "2"]
 
 
-def test_admission_projection_by_hand():
+def test_admission_reserves_peaks_by_hand():
     from ets.admission import KVAdmission
     from tests.helpers import tree_with_children
 
@@ -143,7 +143,28 @@ def test_admission_projection_by_hand():
     adm.observe(tree.root.children)
     assert adm.mean_step_tokens == 3
     # Keeping both children (10 + 3 + 3 tokens) and generating 4 more steps of 3 tokens.
-    assert adm.projected(tree.root.children, 4) == 16 + 12
-    # 28 active + a 20-token prompt + 4 x 3 = 60 <= 100; with 70 active it would not fit.
-    assert adm.admits(28, 20, n_active=1) and not adm.admits(70, 20, n_active=1)
+    assert adm.footprint(tree.root.children, 4) == 16 + 12
+    # Before any search has finished, a search's peak is its prompt + W full steps.
+    assert adm.expected_peak(20) == 20 + 4 * 8
+    assert adm.reservation(28, 20) == 52                  # young: its expected peak
+    assert adm.admits(40, 20, n_active=1) and not adm.admits(60, 20, n_active=1)
+    # Then the mean peak of the finished searches; one above it keeps its own.
+    adm.finished(30)
+    adm.finished(50)
+    assert adm.expected_peak(20) == 40 and adm.reservation(70, 20) == 70
+    assert adm.admits(60, 20, n_active=1) and not adm.admits(61, 20, n_active=1)
     assert adm.admits(10_000, 20, n_active=0)             # never starves
+
+
+def test_a_young_search_is_reserved_its_peak_not_its_first_round(policy):
+    """Two searches whose first rounds fit the budget together, but whose expected peaks
+    do not, run one after the other. (Reserving the first round's footprint let waves of
+    young searches in, which then outgrew the pool.)"""
+    cfg = SearchConfig(method="rebase", width=4, max_step_tokens=4, max_depth=3, max_tokens=100)
+    prompt = len(policy.format_prompt(PROBLEMS[0].question)[1])
+    first_round = prompt + 4 * 2                          # the prior mean step: 2 tokens
+    budget = int(1.5 * (prompt + 4 * 4))                  # 1.5 expected peaks
+    assert 2 * first_round <= budget                      # the old rule admitted both at once
+    stats = {}
+    records = search(PROBLEMS[:2], policy, text_score, cfg, concurrency=2, kv_budget=budget, run_stats=stats)
+    assert stats["peak_active"] == 1 and len(records) == 2
