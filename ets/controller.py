@@ -71,9 +71,10 @@ def search(
     once per finished problem. `save_trees` adds each whole search tree to its record.
 
     At most `concurrency` problems are in flight; with `kv_budget` (tokens), fewer, as the
-    KV the active searches are expected to lock at their peak allows (ets/admission.py). `run_stats`, if given,
-    receives the number of rounds, the mean and peak number of problems in flight, and
-    the mean over problems of the most KV tokens one round of a search locked.
+    KV the active searches are expected to lock at their peak allows (ets/admission.py).
+    `run_stats`, if given, receives the number of rounds, the mean and peak number of
+    problems in flight, and the mean over problems of a search's peak footprint (the most
+    KV tokens one of its rounds locked, as admission projects it).
     """
     strategy = strategy or build(config)
     name = getattr(reward, "name", getattr(reward, "__name__", type(reward).__name__))

@@ -44,9 +44,12 @@ def test_prm_has_the_step_tag_convention_and_flags_items_not_in_the_question(loa
     good = ["7 towels at 30 dollars: 7 * 30 = 210", "6 socks at 49 dollars: 6 * 49 = 294",
             "Total: 210 + 294 = 504", "The answer is: 504"]
     not_in_question = ["8 towels at 31 dollars: 8 * 31 = 248"]
-    [[g, w]] = prm_scores(model, tok, [EASY], [[good, not_in_question]])
+    price_of_another_item = ["7 towels at 49 dollars: 7 * 49 = 343"]
+    [[g, w, m]] = prm_scores(model, tok, [EASY], [[good, not_in_question, price_of_another_item]])
     assert len(g) == 4 and all(0.0 <= x <= 1.0 for x in g)
     assert min(g) > 0.5, g
-    assert w[0] < 0.5, w
-    # (It does not reliably flag a hand-made arithmetic slip such as 210 + 294 = 514: its
-    # step AUC on the policy's own samples is 0.876, below the 0.90 bar; see the README.)
+    assert w[0] < 0.5 and m[0] < 0.5, (w, m)
+    # (It does not reliably flag a hand-made arithmetic slip such as 210 + 294 = 514,
+    # which scores 0.76 against 0.82 for the right sum: it learned to check what a step
+    # multiplies against the question better than the digits of a result. Its step AUC
+    # on the policy's own samples is 0.905; see the README.)
