@@ -10,13 +10,15 @@ batched forward. What a search locks in the pool during one round is
 (the children stay locked until its strategy has selected among them). A footprint grows
 as the search goes deeper, so admission reserves for each search its *peak*, not its
 footprint today: the larger of its current footprint and the mean peak footprint of the
-searches of this run that have finished. Before any has finished, the peak is assumed to
-be the prompt plus W steps of max_step_tokens. A new problem is admitted only while the
-reservations of the active searches plus its own fit the budget.
+searches of this run that have finished. Before any has finished, it is the worst case:
+the prompt plus W paths of max_tokens each (a best-of-N search does reach that). A new
+problem is admitted only while the reservations of the active searches plus its own fit
+the budget.
 
 (Reserving only the current footprint let a wave of young searches in together: on the
 demo task at W=64 under a 16k-token budget, REBASE ran 10 searches peaking near 4.1k
-tokens each, and the engine preempted 81k times.)
+tokens each, and the engine preempted 81k times. A prior of W steps instead of W paths
+let 64 best-of-N searches start in a 262k-token pool that holds about 27 of them.)
 
 The mean step length is measured as the run goes (it starts at half of max_step_tokens).
 At least one problem is always in flight, so a budget smaller than one search slows the
@@ -31,10 +33,10 @@ from ets.tree import Node, kv_size
 
 
 class KVAdmission:
-    def __init__(self, budget_tokens: int | None, width: int, max_step_tokens: int):
+    def __init__(self, budget_tokens: int | None, width: int, max_step_tokens: int, max_tokens: int):
         self.budget = budget_tokens
         self.width = width
-        self.max_step_tokens = max_step_tokens
+        self.max_tokens = max_tokens
         self._steps = 0
         self._step_tokens = 0
         self._prior = max(1, max_step_tokens // 2)
@@ -60,7 +62,7 @@ class KVAdmission:
     def expected_peak(self, prompt_tokens: int) -> float:
         if self._peaks:
             return sum(self._peaks) / len(self._peaks)
-        return prompt_tokens + self.width * self.max_step_tokens
+        return prompt_tokens + self.width * self.max_tokens
 
     def reservation(self, footprint: float, prompt_tokens: int) -> float:
         """The tokens held back for a search whose footprint is `footprint` now."""

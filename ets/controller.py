@@ -83,7 +83,7 @@ def search(
     active: list[_Active] = []
     results: dict[int, dict[str, Any]] = {}
 
-    admission = KVAdmission(kv_budget, config.width, config.max_step_tokens)
+    admission = KVAdmission(kv_budget, config.width, config.max_step_tokens, config.max_tokens)
     prompts: dict[int, tuple[str, list[int]]] = {}
     rounds, active_sum, peak_active, peaks = 0, 0, 0, []
 

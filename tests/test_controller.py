@@ -137,14 +137,15 @@ def test_admission_reserves_peaks_by_hand():
     from ets.admission import KVAdmission
     from tests.helpers import tree_with_children
 
-    adm = KVAdmission(budget_tokens=100, width=4, max_step_tokens=8)
+    adm = KVAdmission(budget_tokens=100, width=4, max_step_tokens=8, max_tokens=8)
     assert adm.mean_step_tokens == 4                      # prior: half of max_step_tokens
     tree = tree_with_children([0.5, 0.5], prompt_tokens=10, step_tokens=3)
     adm.observe(tree.root.children)
     assert adm.mean_step_tokens == 3
     # Keeping both children (10 + 3 + 3 tokens) and generating 4 more steps of 3 tokens.
     assert adm.footprint(tree.root.children, 4) == 16 + 12
-    # Before any search has finished, a search's peak is its prompt + W full steps.
+    # Before any search has finished, a search's peak is the worst case: prompt + W paths
+    # of max_tokens.
     assert adm.expected_peak(20) == 20 + 4 * 8
     assert adm.reservation(28, 20) == 52                  # young: its expected peak
     assert adm.admits(40, 20, n_active=1) and not adm.admits(60, 20, n_active=1)
@@ -163,7 +164,7 @@ def test_a_young_search_is_reserved_its_peak_not_its_first_round(policy):
     cfg = SearchConfig(method="rebase", width=4, max_step_tokens=4, max_depth=3, max_tokens=100)
     prompt = len(policy.format_prompt(PROBLEMS[0].question)[1])
     first_round = prompt + 4 * 2                          # the prior mean step: 2 tokens
-    budget = int(1.5 * (prompt + 4 * 4))                  # 1.5 expected peaks
+    budget = int(1.5 * (prompt + 4 * 100))                # 1.5 worst-case peaks
     assert 2 * first_round <= budget                      # the old rule admitted both at once
     stats = {}
     records = search(PROBLEMS[:2], policy, text_score, cfg, concurrency=2, kv_budget=budget, run_stats=stats)
