@@ -16,12 +16,16 @@ COLUMNS = (
     ("method", "method", "{}"),
     ("width", "W", "{}"),
     ("accuracy", "accuracy", "{:.1%}"),
-    ("kv_size_per_problem", "KV size/problem (paper metric)", "{:,.0f}"),
+    ("answer_rule", "vote (aggregation)", "{}"),
+    ("kv_size_sum", "KV size, sum (paper metric)", "{:,}"),
+    ("kv_size_per_problem", "KV size/problem", "{:,.0f}"),
     ("peak_kv_tokens", "peak live KV (engine)", "{:,}"),
     ("mean_kv_tokens", "mean live KV (engine)", "{:,.0f}"),
     ("generated_tokens", "tokens generated", "{:,}"),
     ("wall_time", "wall s", "{:.1f}"),
+    ("problems_per_s", "problems/s", "{:.3f}"),
     ("tokens_per_s", "tokens/s", "{:,.0f}"),
+    ("mean_active", "in flight (mean)", "{:.1f}"),
 )
 
 

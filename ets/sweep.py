@@ -71,6 +71,7 @@ def run_sweep(
             "width": config.search.width,
             "aggregation": config.search.aggregation,
             "vote": config.search.vote,
+            "answer_rule": f"{config.search.vote} ({config.search.aggregation})",
             **{k: v for k, v in summary.items() if k != "policy_stats"},
             "peak_kv_tokens": stats.get("peak_live_kv_tokens"),
             "mean_kv_tokens": stats.get("mean_kv_tokens"),
