@@ -59,10 +59,14 @@ class KVAdmission:
         """Record the largest footprint a finished search had."""
         self._peaks.append(peak_footprint)
 
+    @property
+    def mean_peak(self) -> float | None:
+        """The mean peak footprint of the finished searches (None before any)."""
+        return sum(self._peaks) / len(self._peaks) if self._peaks else None
+
     def expected_peak(self, prompt_tokens: int) -> float:
-        if self._peaks:
-            return sum(self._peaks) / len(self._peaks)
-        return prompt_tokens + self.width * self.max_tokens
+        mean = self.mean_peak
+        return mean if mean is not None else prompt_tokens + self.width * self.max_tokens
 
     def reservation(self, footprint: float, prompt_tokens: int) -> float:
         """The tokens held back for a search whose footprint is `footprint` now."""

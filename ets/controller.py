@@ -85,7 +85,7 @@ def search(
 
     admission = KVAdmission(kv_budget, config.width, config.max_step_tokens, config.max_tokens)
     prompts: dict[int, tuple[str, list[int]]] = {}
-    rounds, active_sum, peak_active, peaks = 0, 0, 0, []
+    rounds, active_sum, peak_active = 0, 0, 0
 
     def admit() -> None:
         reserved = 0.0
@@ -146,7 +146,6 @@ def search(
             else:
                 results[a.index] = _finish(a, config, save_trees)
                 admission.finished(a.peak_footprint)
-                peaks.append(a.peak_footprint)
                 if on_result is not None:
                     on_result(results[a.index])
                 if progress is not None:
@@ -155,7 +154,7 @@ def search(
         admit()
     if run_stats is not None:
         run_stats.update(rounds=rounds, mean_active=active_sum / rounds if rounds else 0.0, peak_active=peak_active,
-                         mean_search_peak_kv=sum(peaks) / len(peaks) if peaks else 0.0)
+                         mean_search_peak_kv=admission.mean_peak or 0.0)
     return [results[i] for i in sorted(results)]
 
 
