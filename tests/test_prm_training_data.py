@@ -1,15 +1,14 @@
-"""The synthetic PRM training data of scripts/train_demo_models.py: clean twins and
-spoiled solutions whose later steps build on the mistake, labelled by the checker."""
+"""The synthetic PRM training data (ets/demo/spoil.py): clean twins and spoiled
+solutions whose later steps build on the mistake, labelled by the checker."""
 
+import operator
 import random
-import sys
-from pathlib import Path
 
 from ets.demo import check_steps, generate_split, reference_solution
 from ets.demo.checker import parse_answer, parse_equation
+from ets.demo.spoil import carry_forward, spoil, spoiled_twins
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import train_demo_models as T  # noqa: E402
+OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
 def test_spoil_always_changes_the_step_and_the_checker_rejects_it():
@@ -17,7 +16,7 @@ def test_spoil_always_changes_the_step_and_the_checker_rejects_it():
     for p in generate_split("train", 150, 3):
         steps = reference_solution(p, rng)
         for i, step in enumerate(steps):
-            bad = T.spoil(p, step, rng)
+            bad = spoil(p, step, rng)
             assert bad != step and not bad.split()[-1].startswith("0")
             assert check_steps(p, steps[:i] + [bad])[i] is False, (step, bad)
 
@@ -27,14 +26,14 @@ def test_carry_forward_builds_every_later_step_on_the_mistake():
     for p in generate_split("train", 150, 5):
         steps = reference_solution(p, rng)
         i = rng.randrange(len(steps) - 1)                   # not the answer step
-        bad = T.spoil(p, steps[i], rng)
-        out = T.carry_forward(steps, i, bad)
+        bad = spoil(p, steps[i], rng)
+        out = carry_forward(steps, i, bad)
         assert out[:i] == steps[:i] and out[i] == bad and len(out) == len(steps)
         # Later steps are right arithmetic (a policy that believed the slip), ...
         for st in out[i + 1:]:
             eq = parse_equation(st)
             if eq is not None and eq.op != "/":
-                assert T._apply(eq.op, eq.a, eq.b) == eq.c, st
+                assert OPS[eq.op](eq.a, eq.b) == eq.c, st
         # ... and the answer follows the spoiled value wherever the slip reaches it (a
         # share can floor a wrong total back to the right answer).
         if parse_equation(bad).c != parse_equation(steps[i]).c and p.kind != "share":
@@ -47,7 +46,7 @@ def test_carry_forward_builds_every_later_step_on_the_mistake():
 
 
 def test_corrupted_data_pairs_a_clean_twin_with_a_spoiled_one():
-    data = T.corrupted_data(200, 0)
+    data = spoiled_twins(generate_split("train", 200, 0), random.Random(0))
     assert len(data) == 400
     for (q0, clean, marks0), (q1, spoiled, marks1) in zip(data[0::2], data[1::2]):
         assert q0 == q1 and all(marks0) and len(clean) == len(spoiled)

@@ -6,6 +6,7 @@
     splits.py      disjoint train / validation / test splits; the shipped test file
     hf.py          plain-transformers sampling and PRM scoring (training, quality bars, tests)
     metrics.py     ROC AUC and the weighted vote used by scripts/demo_quality.py
+    spoil.py       wrong steps of the policy's kinds, for training the PRM
     checkpoints/   policy/ (LlamaForCausalLM, 4 layers, 1.12M parameters) and prm/ (the
                    policy plus 2 layers, 1.65M), one shared 564-token BPE tokenizer with
                    digits split, trained by scripts/train_demo_models.py; training.json
