@@ -42,6 +42,10 @@ class Scheduler:
         self.runner, self.allocator, self.tree, self.table = runner, allocator, tree, table
         self.max_batch_tokens = max_batch_tokens
         self.counters = counters
+        # Eviction frees at least this much: each evict() scans the whole radix tree for its
+        # LRU leaves, and once the pool is full every decoding sequence asks for one slot a
+        # step, so evicting one slot at a time made a full pool scan per token.
+        self.evict_chunk = max(1, allocator.num_slots // 64)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         # Called when the pool is full of locked paths and nothing can run: frees some locks
@@ -147,7 +151,7 @@ class Scheduler:
         while True:
             short = n - self.allocator.n_free
             if short > 0:
-                freed = self.tree.evict(short)
+                freed = self.tree.evict(max(short, self.evict_chunk))
                 self.allocator.free(freed)
                 self.counters["evicted_tokens"] += freed.numel()
             if self.allocator.n_free >= n:
