@@ -39,7 +39,7 @@ def test_carry_forward_builds_every_later_step_on_the_mistake():
         if parse_equation(bad).c != parse_equation(steps[i]).c and p.kind != "share":
             assert parse_answer(out[-1]) != p.answer
             assert check_steps(p, out)[-1] is False
-        # A step that does not use the spoiled value keeps its text.
+        # A rewritten step keeps its label; only its numbers change.
         for old, new in zip(steps[i + 1:], out[i + 1:]):
             if old != new:
                 assert parse_equation(old) is None or parse_equation(old).label == parse_equation(new).label
