@@ -15,8 +15,8 @@ __version__ = "0.1.0"
 def search(problems, *, policy, reward, config: SearchConfig | None = None, concurrency: int = 8, on_result=None, progress=None):
     """Search every problem (an `ets.data.Problem`, a question string, or a dict with
     `question` and optionally `answer`); one result record per problem, in order.
-    See `ets.controller.search`."""
-    from ets.controller import search as _search
+    See `ets.loop.controller.search`."""
+    from ets.loop.controller import search as _search
     from ets.data import as_problem
 
     items = [as_problem(p, i) for i, p in enumerate(problems)]

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
-from ets.answers import gsm8k_ground_truth, last_boxed
+from ets.answers.extract import gsm8k_ground_truth, last_boxed
 from ets.config import DataConfig
 
 
@@ -29,7 +29,7 @@ class DataError(ValueError):
 class Problem(NamedTuple):
     id: str
     question: str
-    answer: str | None          # the ground truth, ready for `ets.grading.is_equivalent`;
+    answer: str | None          # the ground truth, ready for `ets.answers.grading.is_equivalent`;
                                 # None only for ad-hoc questions (`as_problem`) with no truth
     raw: dict[str, Any]         # the record as read, for anything a caller needs beyond these
 

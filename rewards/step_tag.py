@@ -92,7 +92,7 @@ class StepTagPRM(MarkerPRM):
 
     @classmethod
     def from_config(cls, options: StepTagOptions, ctx: RewardContext):
-        from ets.models import load_causal_lm, load_tokenizer
+        from ets.models.load import load_causal_lm, load_tokenizer
 
         if ctx.model is None:
             raise ConfigError(f"reward {ctx.name!r} needs a model: set reward.model or policy.model")

@@ -101,7 +101,7 @@ def load_token_classifier(path: str, options: TokenClassificationOptions, ctx: R
     """(model in eval mode, tokenizer) with the Auto class the options or the config ask for."""
     import transformers
 
-    from ets.models import ModelLoadError, check_model_exists, resolve_dtype
+    from ets.models.load import ModelLoadError, check_model_exists, resolve_dtype
 
     check_model_exists(path)
     remote = options.trust_remote_code

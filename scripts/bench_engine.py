@@ -4,8 +4,8 @@ Several problems searched at once, as the controller does: every round, each pro
 frontier nodes get children (width W in all), one batched `expand` call per round for all
 problems; then each problem keeps its `beams` best children (a fixed pseudo-random score,
 the same for both backends) and gives each W / beams children. Both backends run in this
-process on the same model object, through their `Policy` classes (ets/engine/policy.py,
-ets/hf_policy.py). Prints tokens/s of each, the ratio, resident KV of each, and a last line
+process on the same model object, through their `Policy` classes (ets/policy/engine.py,
+ets/policy/hf.py). Prints tokens/s of each, the ratio, resident KV of each, and a last line
 `speedup: X.XX`.
 
     python scripts/bench_engine.py [--problems 4 --width 16 --steps 6 --step-tokens 32 --threads 2]
@@ -29,10 +29,10 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from ets.config import PolicyConfig, SearchConfig  # noqa: E402
 from ets.engine import Engine  # noqa: E402
-from ets.engine.policy import EnginePolicy  # noqa: E402
-from ets.hf_policy import HFPolicy  # noqa: E402
-from ets.policy import ExpandRequest  # noqa: E402
-from ets.tiny import build_tokenizer, tiny_config  # noqa: E402
+from ets.policy.engine import EnginePolicy  # noqa: E402
+from ets.policy.hf import HFPolicy  # noqa: E402
+from ets.policy.base import ExpandRequest  # noqa: E402
+from ets.models.tiny import build_tokenizer, tiny_config  # noqa: E402
 
 
 def build_model(arch: str, hidden: int, layers: int, seed: int):

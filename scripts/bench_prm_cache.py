@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
 
     from ets.engine import Engine
-    from ets.models import load_causal_lm
+    from ets.models.load import load_causal_lm
     from rewards.step_tag import StepTagPRM
 
     model, tok = load_causal_lm(args.model, device=args.device, dtype=args.dtype)

@@ -2,8 +2,8 @@
 """Check extraction + grading on the real benchmarks (issue 2, item 6).
 
 For every GSM8K test item and every MATH500 item: extract the final answer from the
-reference *solution* text with `ets.answers.extract_answer`, judge it against the
-ground-truth answer with `ets.grading.is_equivalent`, and print the agreement per dataset
+reference *solution* text with `ets.answers.extract.extract_answer`, judge it against the
+ground-truth answer with `ets.answers.grading.is_equivalent`, and print the agreement per dataset
 with every miss. Target: >= 99% on each.
 
 A grader that says "equal" to everything would pass that, so a control follows: each
@@ -27,8 +27,8 @@ from typing import Iterator, NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from ets.answers import extract_answer, gsm8k_ground_truth  # noqa: E402
-from ets.grading import is_equivalent, normalize  # noqa: E402
+from ets.answers.extract import extract_answer, gsm8k_ground_truth  # noqa: E402
+from ets.answers.grading import is_equivalent, normalize  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
 # dataset name -> (file under the data folder, solution field, ground truth of a record)

@@ -26,8 +26,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ets.demo import POLICY_PATH, PRM_PATH, check_steps, load_test_problems, parse_answer  # noqa: E402
-from ets.demo.hf import prm_scores, sample_solutions  # noqa: E402
-from ets.aggregate import choose_answer  # noqa: E402
+from ets.app.demo import prm_scores  # noqa: E402
+from ets.demo.hf import sample_solutions  # noqa: E402
+from ets.answers.aggregate import choose_answer  # noqa: E402
 from ets.demo.metrics import roc_auc  # noqa: E402
 
 

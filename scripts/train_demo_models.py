@@ -47,7 +47,8 @@ from ets.demo import (BAD_TOKEN, CHECKPOINTS, GOOD_TOKEN, PROMPT_TEMPLATE, STEP_
                       generate_problem, generate_split, is_correct_solution, reference_solution, split_of)
 from ets.demo.spoil import spoiled_twins  # noqa: E402
 from ets.demo.metrics import roc_auc  # noqa: E402
-from ets.demo.hf import prm_scores, prm_text, sample_solutions, single_token_id  # noqa: E402
+from ets.app.demo import prm_scores  # noqa: E402
+from ets.demo.hf import prm_text, sample_solutions, single_token_id  # noqa: E402
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 

@@ -1,7 +1,7 @@
 """Best-of-N: W independent samples; after the root, every node gets exactly one child.
 
 Nothing is pruned, so the W trajectories share only the prompt. The answer is chosen at
-the end by the aggregation and vote (ets/aggregate.py), not here.
+the end by the aggregation and vote (ets/answers/aggregate.py), not here.
 """
 
 from __future__ import annotations

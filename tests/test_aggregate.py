@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from ets.aggregate import aggregate, choose_answer, group_answers
+from ets.answers.aggregate import aggregate, choose_answer, group_answers
 
 SCORES = [0.9, 0.5, 0.8]
 

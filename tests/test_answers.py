@@ -2,7 +2,7 @@
 
 import pytest
 
-from ets.answers import extract_answer, gsm8k_ground_truth, is_final_step, last_boxed
+from ets.answers.extract import extract_answer, gsm8k_ground_truth, is_final_step, last_boxed
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ets.cli import main
+from ets.app.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -59,8 +59,8 @@ def test_eval_recomputes_accuracy(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["problems"] == 2 and result["aggregation"] == "min" and result["vote"] == "majority"
     # The same choice made from the file's trajectories by hand.
-    from ets.aggregate import choose_answer
-    from ets.grading import is_equivalent
+    from ets.answers.aggregate import choose_answer
+    from ets.answers.grading import is_equivalent
 
     expected = 0
     for r in lines(out):

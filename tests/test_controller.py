@@ -5,9 +5,9 @@ import zlib
 import pytest
 
 from ets.config import PolicyConfig, SearchConfig
-from ets.controller import search
+from ets.loop.controller import search
 from ets.data import Problem
-from ets.hf_policy import HFPolicy
+from ets.policy.hf import HFPolicy
 from ets.tree import kv_size
 
 PROBLEMS = [Problem(str(i), f"What is {i} + {i}?", str(2 * i), {}) for i in range(3)]
@@ -93,7 +93,7 @@ def test_bad_reward_is_named(policy):
 def test_terminal_steps_complete_early(policy):
     """A reward-independent check of the terminal rule: a step with a final-answer marker
     completes its trajectory, and its answer is extracted and graded."""
-    from ets.policy import Step
+    from ets.policy.base import Step
 
     class Scripted:
         tokenizer = policy.tokenizer
@@ -134,7 +134,7 @@ def test_kv_budget_limits_problems_in_flight(policy):
 
 
 def test_admission_reserves_peaks_by_hand():
-    from ets.admission import KVAdmission
+    from ets.loop.admission import KVAdmission
     from tests.helpers import tree_with_children
 
     adm = KVAdmission(budget_tokens=100, width=4, max_step_tokens=8, max_tokens=8)

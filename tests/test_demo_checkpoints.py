@@ -5,7 +5,8 @@ import torch
 
 from ets.demo import (BAD_TOKEN, GOOD_TOKEN, POLICY_PATH, PRM_PATH, STEP_TAG, check_steps,
                       is_correct_solution, parse_question)
-from ets.demo.hf import prm_scores, sample_solutions
+from ets.app.demo import prm_scores
+from ets.demo.hf import sample_solutions
 
 # An easy demo problem (two items, no last operation; one of the shipped test problems).
 EASY = "Ivy buys 7 towels at 30 dollars each and 6 socks at 49 dollars each. How much does she spend in total?"

@@ -2,7 +2,7 @@
 
 import csv
 
-from ets.cli import main
+from ets.app.cli import main
 
 
 def test_demo_runs_every_method_and_writes_table_and_plot(tmp_path, capsys):
@@ -31,7 +31,7 @@ def test_demo_rejects_bad_options_before_work(tmp_path, capsys):
 
 def test_demo_config_matches_the_formats_the_models_were_trained_on():
     import ets.demo as demo
-    from ets.demo.command import demo_config
+    from ets.app.demo import demo_config
 
     config = demo_config()
     assert config.policy.prompt_template == demo.PROMPT_TEMPLATE

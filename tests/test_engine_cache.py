@@ -5,7 +5,7 @@ import torch
 
 from ets.engine import Engine
 from ets.engine.radix import RadixTree
-from ets.tiny import build_tiny_model
+from ets.models.tiny import build_tiny_model
 from tests.helpers import random_tokens
 
 

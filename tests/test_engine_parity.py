@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ets.engine import Engine
-from ets.tiny import ARCHS, build_tiny_model
+from ets.models.tiny import ARCHS, build_tiny_model
 from tests.helpers import random_tokens
 
 TOL = 1e-4
@@ -124,7 +124,7 @@ def test_cascade_equals_plain_attention():
 def test_sliding_window_model():
     from transformers import AutoModelForCausalLM
 
-    from ets.tiny import build_tokenizer, tiny_config
+    from ets.models.tiny import build_tokenizer, tiny_config
 
     tok = build_tokenizer()
     config = tiny_config("mistral", vocab_size=len(tok), sliding_window=8, eos_token_id=tok.eos_token_id)

@@ -6,13 +6,13 @@ import zlib
 import pytest
 
 from ets.config import PolicyConfig, SearchConfig
-from ets.controller import search
+from ets.loop.controller import search
 from ets.data import Problem
 from ets.engine import Engine
-from ets.engine.policy import EnginePolicy
-from ets.hf_policy import HFPolicy
-from ets.policy import ExpandRequest
-from ets.tiny import build_tiny_model
+from ets.policy.engine import EnginePolicy
+from ets.policy.hf import HFPolicy
+from ets.policy.base import ExpandRequest
+from ets.models.tiny import build_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import pytest
 
 from ets.engine import Engine
-from ets.tiny import build_tiny_model
+from ets.models.tiny import build_tiny_model
 from tests.helpers import random_tokens
 
 

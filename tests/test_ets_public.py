@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from ets.aggregate import choose_answer
+from ets.answers.aggregate import choose_answer
 from ets.data import DataError
-from ets.ets_public import load_ets_public_results
-from ets.grading import is_equivalent
+from ets.app.ets_results import load_ets_public_results
+from ets.answers.grading import is_equivalent
 
 LLAMA_PROMPT = "... always conclude with: Therefore, the final answer is: $\\boxed{answer}$.\n"
 RECORDS = [

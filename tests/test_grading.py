@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from ets import grading
-from ets.grading import answers_match, is_equivalent, normalize
+from ets.answers import grading
+from ets.answers.grading import answers_match, is_equivalent, normalize
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ets.cli import main
+from ets.app.cli import main
 
 DOC = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = r"<!-- {} -->\s*```[a-z]*\n(.*?)```"

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ets.config import ConfigError, PolicyConfig, RewardConfig
-from ets.tiny import STEP_TAG, build_tiny_model
+from ets.models.tiny import STEP_TAG, build_tiny_model
 from rewards import build_reward
 from rewards.marking import MarkerError, token_id
 from rewards.backends import EngineBackend, engine_available

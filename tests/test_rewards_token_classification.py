@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModelForTokenClassification
 
 from ets.config import ConfigError, PolicyConfig, RewardConfig
-from ets.tiny import build_tokenizer, tiny_config
+from ets.models.tiny import build_tokenizer, tiny_config
 from rewards import build_reward
 
 SEP = "<extra_0>"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ets.cli import main
+from ets.app.cli import main
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
 PLOTS = ("accuracy_vs_width.png", "kv_size_vs_width.png", "throughput_vs_width.png", "accuracy_vs_kv_size.png")

@@ -4,7 +4,7 @@
     solutions.py   reference solutions in every valid order and several phrasings
     checker.py     the exact step checker: check_steps(problem, steps) -> [bool]
     splits.py      disjoint train / validation / test splits; the shipped test file
-    hf.py          plain-transformers sampling and PRM scoring (training, quality bars, tests)
+    hf.py          plain-transformers sampling and the PRM's input text (training, quality bars)
     metrics.py     ROC AUC and the weighted vote used by scripts/demo_quality.py
     spoil.py       wrong steps of the policy's kinds, for training the PRM
     checkpoints/   policy/ (LlamaForCausalLM, 4 layers, 1.12M parameters) and prm/ (the

@@ -10,7 +10,8 @@ step followed by the tag, steps separated by a newline:
     question + " " + step_1 + " ки\n" + step_2 + " ки\n" + ... + step_n + " ки"
 
 The logits *at* each tag token, restricted to the tokens "+" and "-", give the step's
-score: softmax([logit(+), logit(-)])[0]. Scoring goes through the `step_tag` reward itself.
+score: softmax([logit(+), logit(-)])[0]. Scoring goes through the `step_tag` reward itself
+(`ets.app.demo.prm_scores`: the demo task sits below the rewards, so it cannot call them).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from ets.demo import BAD_TOKEN, GOOD_TOKEN, PROMPT_TEMPLATE, STEP_DELIMITER, STEP_TAG
+from ets.demo import PROMPT_TEMPLATE, STEP_DELIMITER, STEP_TAG
 
 
 def prm_text(question: str, steps: Sequence[str]) -> str:
@@ -56,14 +57,3 @@ def sample_solutions(model, tok, questions: Sequence[str], n: int = 1, temperatu
         texts += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     steps = [split_steps(t) for t in texts]
     return [steps[i * n:(i + 1) * n] for i in range(len(questions))]
-
-
-def prm_scores(model, tok, questions: Sequence[str], trajectories: Sequence[Sequence[Sequence[str]]],
-               ) -> list[list[list[float]]]:
-    """scores[q][t][s] = P(step s of trajectory t of question q is good), computed by the
-    same `step_tag` built-in the search uses (plain forward), so the quality bars measure
-    exactly what a search sees."""
-    from rewards.step_tag import StepTagOptions, StepTagPRM
-
-    options = StepTagOptions(tag=STEP_TAG, good_token=GOOD_TOKEN, bad_token=BAD_TOKEN, backend="forward")
-    return StepTagPRM.from_model(model, tok, options).score(questions, trajectories)

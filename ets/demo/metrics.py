@@ -1,5 +1,5 @@
 """Quality measures of the demo models (used by scripts/demo_quality.py and training).
-The weighted vote is `ets.aggregate.choose_answer`, the one the search uses."""
+The weighted vote is `ets.answers.aggregate.choose_answer`, the one the search uses."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ becomes evictable and is recomputed from its tokens when next extended; `spilled
 counts them). A call never fails for lack of memory unless one sequence alone exceeds the
 pool (a ValueError up front naming `kv_budget_tokens`).
 
-`ets.engine.policy.EnginePolicy` is the search controller's `Policy` on this engine.
+`ets.policy.engine.EnginePolicy` is the search controller's `Policy` on this engine.
 
 Layout (request path: engine -> scheduler -> runner -> attention -> scheduler):
     pool.py       KV tensors             allocator.py  free slots        radix.py     prefix index

@@ -65,7 +65,7 @@ class Engine:
         """From a path, hub name or `tiny:<arch>` (loaded with its tokenizer), or from a
         built model (then `device`/`dtype` are its own; pass `tokenizer` for stop strings)."""
         if isinstance(path_or_model, str):
-            from ets.models import load_causal_lm
+            from ets.models.load import load_causal_lm
 
             model, loaded_tok = load_causal_lm(path_or_model, device, dtype, seed=seed)
             tokenizer = tokenizer or loaded_tok

@@ -3,7 +3,7 @@
 No model hub is reachable here, so tests build their models locally: a byte-level
 tokenizer (every string round-trips, no training needed) and a 2-layer decoder of one of
 the architectures the engine must support. `tiny:<arch>` is accepted wherever a model path
-is (see `ets.models.load_causal_lm`), so a YAML config can name one.
+is (see `ets.models.load.load_causal_lm`), so a YAML config can name one.
 
 Architectures: `llama`, `qwen2` (q/k/v projections with bias), `mistral`; all use
 grouped-query attention (4 query heads over 2 key/value heads).

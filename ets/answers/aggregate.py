@@ -10,7 +10,7 @@ Two independent choices, kept apart as in search-and-learn:
                  weighted  the answer with the largest sum of trajectory scores
                            (the papers' default, with `last`)
 
-Answers are grouped by mathematical equivalence (`ets.grading.answers_match`), so
+Answers are grouped by mathematical equivalence (`ets.answers.grading.answers_match`), so
 "\\frac{1}{2}" and "0.5" pool their votes. Trajectories without an answer do not vote.
 Ties (up to float rounding) go to the earliest trajectory / the group seen first, so the
 choice is deterministic.
@@ -22,7 +22,7 @@ import math
 from typing import Callable, Sequence
 
 from ets.config import AGGREGATIONS, VOTES
-from ets.grading import answers_match
+from ets.answers.grading import answers_match
 
 
 def _last(scores: Sequence[float]) -> float:

@@ -27,7 +27,7 @@ from ets.config import AGGREGATIONS, VOTES, ConfigError
 
 def _run(args: argparse.Namespace) -> int:
     from ets.config import load_config
-    from ets.runner import run
+    from ets.app.run import run
 
     overrides = list(args.overrides)
     if args.output:
@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from ets.evaluate import evaluate, load_results
+    from ets.app.evaluate import evaluate, load_results
 
     result = evaluate(load_results(args.file), args.agg, args.vote)
     if args.json:
@@ -56,9 +56,9 @@ def _eval(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import time
 
-    from ets.demo.command import run_demo
-    from ets.report import markdown_table
-    from ets.sweep import parse_methods
+    from ets.app.demo import run_demo
+    from ets.app.report import markdown_table
+    from ets.app.sweep import parse_methods
 
     methods = parse_methods(args.methods)
     if args.width < 1 or args.problems < 1:
@@ -75,8 +75,8 @@ def _sweep(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ets.config import load_config
-    from ets.report import markdown_table
-    from ets.sweep import parse_methods, parse_widths, relative_to_rebase, run_sweep
+    from ets.app.report import markdown_table
+    from ets.app.sweep import parse_methods, parse_widths, relative_to_rebase, run_sweep
 
     config = load_config(args.config, list(args.overrides))
     # Everything is validated before any work starts.
@@ -134,8 +134,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean bad input, reported as one line rather than a traceback."""
     from ets.config import ConfigError
     from ets.data import DataError
-    from ets.evaluate import EvalError
-    from ets.models import ModelLoadError
+    from ets.app.evaluate import EvalError
+    from ets.models.load import ModelLoadError
     from rewards.base import RewardError
 
     return (ConfigError, DataError, EvalError, ModelLoadError, RewardError, KeyError, FileNotFoundError)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ets.aggregate import choose_answer
-from ets.grading import is_equivalent
-from ets.jsonl import read_records
+from ets.answers.aggregate import choose_answer
+from ets.answers.grading import is_equivalent
+from ets.app.jsonl import read_records
 
 
 class EvalError(ValueError):
@@ -24,7 +24,7 @@ def load_results(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise EvalError(f"results file {str(path)!r} does not exist; pass the output of `ets run`")
     if path.suffix == ".json":
-        from ets.ets_public import load_ets_public_results
+        from ets.app.ets_results import load_ets_public_results
 
         return load_ets_public_results(path)
     try:

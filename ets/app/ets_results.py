@@ -6,7 +6,7 @@ That code writes `answers.json`: a JSON list with one record per question,
      "model_answer": [{"text": "<prompt + every step>", "step_scores": [0.9, 0.7]}, ...]}
 
 (and the same record alone in `answer_q{id}.json`). `load_ets_public_results` turns either
-into records shaped like `ets run`'s (ets/results.py), so `ets eval` scores earlier runs
+into records shaped like `ets run`'s (ets/loop/record.py), so `ets eval` scores earlier runs
 with this project's extraction, aggregation, vote and grader:
 
     {"id", "question", "ground_truth", "total_tokens",
@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ets.answers import extract_answer
+from ets.answers.extract import extract_answer
 from ets.data import DataError
 
 

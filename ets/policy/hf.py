@@ -14,9 +14,9 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ets.config import PolicyConfig, SearchConfig
-from ets.models import load_causal_lm
-from ets.policy import ExpandRequest, Step
-from ets.steps import StepCutter, format_prompt
+from ets.models.load import load_causal_lm
+from ets.policy.base import ExpandRequest, Step
+from ets.policy.steps import StepCutter, format_prompt
 
 
 class _StepStop(StoppingCriteria):
@@ -32,7 +32,7 @@ class _StepStop(StoppingCriteria):
 
 
 class HFPolicy:
-    """`ets.policy.Policy` on `model.generate` (left-padded batches, sampled per row)."""
+    """`ets.policy.base.Policy` on `model.generate` (left-padded batches, sampled per row)."""
 
     def __init__(self, model, tokenizer, policy: PolicyConfig, search: SearchConfig, max_rows: int = 64):
         self.model = model

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ets.config import METHODS, RunConfig, load_config
+from ets.demo import BAD_TOKEN, GOOD_TOKEN, STEP_TAG
+from rewards.step_tag import StepTagOptions, StepTagPRM
 
-DEMO_CONFIG = Path(__file__).resolve().parent / "demo.yaml"
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "demo" / "demo.yaml"
 
 
 def demo_config(width: int = 16, problems: int = 50, out: str | Path = "ets-demo", backend: str = "engine") -> RunConfig:
@@ -35,8 +37,17 @@ def run_demo(
 ) -> list[dict[str, Any]]:
     """Run each method (a one-width sweep); returns one table row per method and writes
     results, table and plot into `out`."""
-    from ets.sweep import run_sweep
+    from ets.app.sweep import run_sweep
 
     config = demo_config(width, problems, out, backend)
     return run_sweep(config, methods, [width], out, show_progress=show_progress,
                      title=f"ets demo: {problems} problems, width {width}")
+
+
+def prm_scores(model, tok, questions: Sequence[str], trajectories: Sequence[Sequence[Sequence[str]]],
+               ) -> list[list[list[float]]]:
+    """scores[q][t][s] = P(step s of trajectory t of question q is good), computed by the
+    same `step_tag` built-in the search uses (plain forward), so the quality bars measure
+    exactly what a search sees."""
+    options = StepTagOptions(tag=STEP_TAG, good_token=GOOD_TOKEN, bad_token=BAD_TOKEN, backend="forward")
+    return StepTagPRM.from_model(model, tok, options).score(questions, trajectories)

@@ -2,7 +2,7 @@
 
     summary = run(load_config("configs/tiny.yaml", ["width=8"]))
 
-The output JSONL is resumable (ets/jsonl.py): problems already in it are skipped, and the
+The output JSONL is resumable (ets/app/jsonl.py): problems already in it are skipped, and the
 summary (accuracy, throughput, KV figures) is written next to it as `<name>.summary.json`.
 """
 
@@ -14,20 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from ets.config import RunConfig
-from ets.controller import search
+from ets.loop.controller import search
 from ets.data import load_problems
-from ets.jsonl import ResultsWriter, read_records
-from ets.policy import Policy
+from ets.app.jsonl import ResultsWriter, read_records
+from ets.policy.base import Policy
 from search import build as build_strategy
 
 
 def build_policy(config: RunConfig) -> Policy:
     """The policy backend the config names: the engine, or the plain-transformers baseline."""
     if config.policy.backend == "hf":
-        from ets.hf_policy import HFPolicy
+        from ets.policy.hf import HFPolicy
 
         return HFPolicy.from_config(config.policy, config.search)
-    from ets.engine.policy import EnginePolicy
+    from ets.policy.engine import EnginePolicy
 
     return EnginePolicy.from_config(config.policy, config.search)
 

@@ -1,10 +1,10 @@
-"""`EnginePolicy`: the search controller's `ets.policy.Policy` on the engine.
+"""`EnginePolicy`: the search controller's `ets.policy.base.Policy` on the engine.
 
 Prompt formatting and step cutting are shared with the `transformers` baseline
-(ets/steps.py), so both backends produce the same `Step` for the same tokens.
+(ets/policy/steps.py), so both backends produce the same `Step` for the same tokens.
 
 Each step carries the engine handle that locks its path (prompt + steps, cached in the
-radix tree); the controller releases every handle exactly once (ets/policy.py), so the
+radix tree); the controller releases every handle exactly once (ets/policy/base.py), so the
 locked KV is exactly the paths of the live search nodes.
 """
 
@@ -15,8 +15,8 @@ from typing import Any, Hashable
 
 from ets.config import PolicyConfig, SearchConfig
 from ets.engine.engine import Engine
-from ets.policy import ExpandRequest, Step
-from ets.steps import StepCutter, format_prompt
+from ets.policy.base import ExpandRequest, Step
+from ets.policy.steps import StepCutter, format_prompt
 
 
 class EnginePolicy:

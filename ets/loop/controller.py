@@ -19,13 +19,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ets.admission import KVAdmission
-from ets.aggregate import choose_answer
-from ets.answers import extract_answer, is_final_step
+from ets.loop.admission import KVAdmission
+from ets.answers.aggregate import choose_answer
+from ets.answers.extract import extract_answer, is_final_step
 from ets.config import SearchConfig
 from ets.data import Problem
-from ets.grading import is_equivalent
-from ets.policy import ExpandRequest, Policy
+from ets.answers.grading import is_equivalent
+from ets.policy.base import ExpandRequest, Policy
 from ets.tree import Node, SearchTree, kv_size
 from rewards.base import validate_scores
 from search import Frontier, Strategy, build
@@ -64,14 +64,14 @@ def search(
     run_stats: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run `config.method` on every problem; returns one result record per problem, in
-    input order (see ets/results.py for the record's fields).
+    input order (see ets/loop/record.py for the record's fields).
 
     `reward` is a `rewards.ProcessRewardModel` or any callable with its `score` signature;
     its output is validated every round. `progress` is an optional tqdm-like bar updated
     once per finished problem. `save_trees` adds each whole search tree to its record.
 
     At most `concurrency` problems are in flight; with `kv_budget` (tokens), fewer, as the
-    KV the active searches are expected to lock at their peak allows (ets/admission.py).
+    KV the active searches are expected to lock at their peak allows (ets/loop/admission.py).
     `run_stats`, if given, receives the number of rounds, the mean and peak number of
     problems in flight, and the mean over problems of a search's peak footprint (the most
     KV tokens one of its rounds locked, as admission projects it).
@@ -227,7 +227,7 @@ def _check_allocation(alloc: dict[int, int], candidates: list[Node], strategy: S
 
 
 def _finish(a: _Active, config: SearchConfig, save_trees: bool) -> dict[str, Any]:
-    from ets.results import result_record
+    from ets.loop.record import result_record
 
     answers = [extract_answer("".join(n.step_texts())) for n in a.completed]
     chosen = choose_answer(answers, [n.step_scores() for n in a.completed], config.aggregation, config.vote)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ets.policy import Step
+from ets.policy.base import Step
 
 
 def format_prompt(tokenizer, template: str, question: str) -> tuple[str, list[int]]:

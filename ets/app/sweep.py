@@ -52,8 +52,8 @@ def run_sweep(
     title: str = "",
 ) -> list[dict[str, Any]]:
     """Run every pair (methods x widths); returns the table rows, writes table and plots."""
-    from ets.report import markdown_table, plot_methods, plot_sweep, write_csv
-    from ets.runner import build_policy, build_reward_for, run
+    from ets.app.report import markdown_table, plot_methods, plot_sweep, write_csv
+    from ets.app.run import build_policy, build_reward_for, run
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ Precedence: if any `\\boxed{}` is complete, the last one wins (a solution may bo
 intermediate results; the last box is the one it ends on). Otherwise the last phrase or
 `####` marker in the text wins. No marker, or a marker with nothing after it: None.
 
-Extraction returns the answer *as written* (LaTeX kept); `ets.grading` decides equality.
+Extraction returns the answer *as written* (LaTeX kept); `ets.answers.grading` decides equality.
 """
 
 from __future__ import annotations

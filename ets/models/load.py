@@ -1,7 +1,7 @@
 """Loading models and tokenizers by path, hub name, or `tiny:<arch>`.
 
 Real models load through `transformers`' Auto classes exactly as on a machine with a hub;
-`tiny:<arch>` builds a random-init model from a config (see ets/tiny.py) for tests.
+`tiny:<arch>` builds a random-init model from a config (see ets/models/tiny.py) for tests.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def load_tokenizer(name_or_path: str):
     from transformers import AutoTokenizer
 
     if name_or_path.startswith("tiny:"):
-        from ets.tiny import build_tokenizer
+        from ets.models.tiny import build_tokenizer
 
         return build_tokenizer()
     check_model_exists(name_or_path)
@@ -46,7 +46,7 @@ def load_causal_lm(name_or_path: str, device: str = "cpu", dtype: str | torch.dt
 
     torch_dtype = resolve_dtype(dtype)
     if name_or_path.startswith("tiny:"):
-        from ets.tiny import build_tiny_model
+        from ets.models.tiny import build_tiny_model
 
         model, tok = build_tiny_model(name_or_path.split(":", 1)[1], seed=seed, dtype=torch_dtype)
         return model.to(device), tok

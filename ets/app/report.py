@@ -1,6 +1,6 @@
 """Tables and plots of run summaries: one row per (method, width).
 
-Rows are the dicts `ets.runner.run` returns, plus `method` and `width`. The Markdown
+Rows are the dicts `ets.app.run.run` returns, plus `method` and `width`. The Markdown
 table is what `ets demo` prints and `docs/RESULTS.md` holds; the CSV has every column;
 the plots are for people who would rather look than read.
 """

@@ -1,0 +1,13 @@
+"""The commands: what a user runs (`ets demo|run|sweep|eval`) and the files they write.
+
+    cli.py          argument parsing; every user error as one line and exit code 2
+    run.py          `ets run`: problems -> the search loop -> a resumable JSONL + summary
+    sweep.py        `ets sweep`: methods x widths, one run each, then table and plots
+    demo.py         `ets demo`: a one-width sweep on the embedded demo models and task
+    evaluate.py     `ets eval`: accuracy of a results file under an aggregation and vote
+    report.py       Markdown / CSV tables and the plots
+    jsonl.py        the resumable results file (append, flush, torn-line recovery)
+    ets_results.py  reading the ETS public code's answers.json files into our records
+
+This is the top layer: it may import everything below it; nothing imports it.
+"""

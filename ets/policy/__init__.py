@@ -1,0 +1,13 @@
+"""The policy: what proposes the next reasoning steps, behind one small interface.
+
+    base.py     the `Policy` protocol the search loop talks to (`ExpandRequest`, `Step`)
+    steps.py    prompt formatting and step cutting, shared by every backend
+    engine.py   `EnginePolicy`: the policy on the prefix-sharing engine (ets/engine)
+    hf.py       `HFPolicy`: plain `transformers` generate, the correctness and speed baseline
+
+Backends are imported from their modules (they load torch and transformers).
+"""
+
+from ets.policy.base import ExpandRequest, Policy, Step
+
+__all__ = ["ExpandRequest", "Policy", "Step"]
