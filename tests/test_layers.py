@@ -23,7 +23,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("search", "rewards", "ets.policy"),                      # strategies, PRMs, policy backends
     ("ets.loop",),                                            # the search loop
     ("ets",),                                                 # the `ets.search` facade
-    ("ets.app", "ets.__main__"),                              # the commands
+    ("ets.app",),                                             # the commands
+    ("ets.__main__",),                                        # `python -m ets`
 ]
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 PACKAGES = ("ets", "search", "rewards", "lp")
