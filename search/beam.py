@@ -17,6 +17,7 @@ from search.base import Allocation, Frontier, Strategy, register
 
 
 def beams_kept(width: int, fixed_width: int | None) -> int:
+    """Beams kept by beam search, and subtrees grown by DVTS: `fixed_width`, else ceil(sqrt(W))."""
     return fixed_width if fixed_width else math.ceil(math.sqrt(width))
 
 

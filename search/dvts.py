@@ -17,11 +17,11 @@ sum of their widths, and its descendants are counted in the first of them.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 from ets.tree import Node
 from search.base import Allocation, Frontier, Strategy, register
+from search.beam import beams_kept
 
 SUBTREE = "subtree"
 SUBTREE_WIDTH = "subtree_width"
@@ -51,7 +51,7 @@ def subtree_of(node: Node):
 @register("dvts")
 class DVTS(Strategy):
     def select(self, frontier: Frontier) -> Allocation:
-        n_subtrees = self.config.fixed_width or math.ceil(math.sqrt(frontier.width))
+        n_subtrees = beams_kept(frontier.width, self.config.fixed_width)  # beam's rule: S = keep
         if frontier.depth == 1:
             leaders = self._split_root(frontier, n_subtrees, frontier.width // n_subtrees)
         else:
