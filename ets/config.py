@@ -134,7 +134,8 @@ class PolicyConfig:
         _choice("policy.backend", self.backend, ("engine", "hf"))
         _choice("policy.dtype", self.dtype, ("float32", "float16", "bfloat16"))
         if "{question}" not in self.prompt_template:
-            raise ConfigError("policy.prompt_template must contain the placeholder {question}")
+            raise ConfigError("policy.prompt_template must contain the placeholder {question} "
+                              "(the only placeholder; other braces are kept as written)")
         if not self.step_delimiter:
             raise ConfigError("policy.step_delimiter must be a non-empty string, e.g. '\\n\\n'")
         _integer("policy.kv_budget_tokens", self.kv_budget_tokens, 1)

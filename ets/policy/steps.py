@@ -14,8 +14,10 @@ from ets.policy.base import Step
 
 def format_prompt(tokenizer, template: str, question: str) -> tuple[str, list[int]]:
     """The root of a search: the templated question and its tokens (BOS added when the
-    tokenizer adds one: the policy sees what it saw in training)."""
-    text = template.format(question=question)
+    tokenizer adds one: the policy sees what it saw in training). `{question}` is the only
+    placeholder; every other brace is literal text (math prompts say `\\boxed{}`), so the
+    template is filled with `str.replace`, not `str.format`."""
+    text = template.replace("{question}", question)
     return text, list(tokenizer(text)["input_ids"])
 
 
