@@ -100,6 +100,8 @@ class SearchConfig:
             _integer(key, getattr(self, key), 1)
         _integer("top_k", self.top_k, 0)
         _integer("seed", self.seed, 0)
+        if self.seed >= 2**63:  # torch and numpy generators take a signed 64-bit seed
+            raise ConfigError(f"seed: {self.seed!r} must be below 2**63 ({2**63})")
         if self.fixed_width is not None:
             _integer("fixed_width", self.fixed_width, 1)
         if self.kv_budget is not None:

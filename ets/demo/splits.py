@@ -58,14 +58,6 @@ def shipped_records() -> list[dict]:
     return [gsm8k_record(p, rng) for p in generate_split("test", TEST_SIZE, TEST_SEED)]
 
 
-def write_test_file(path: Path = TEST_PATH) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for rec in shipped_records():
-            f.write(json.dumps(rec) + "\n")
-    return path
-
-
 def load_test_problems(path: Path = TEST_PATH) -> list[Problem]:
     """The shipped test problems, parsed back from their question text."""
     from ets.demo.task import parse_question

@@ -45,15 +45,19 @@ def load_causal_lm(name_or_path: str, device: str = "cpu", dtype: str | torch.dt
     from transformers import AutoModelForCausalLM
 
     torch_dtype = resolve_dtype(dtype)
+    check_device(device)
     if name_or_path.startswith("tiny:"):
-        from ets.models.tiny import build_tiny_model
+        from ets.models.tiny import ARCHS, build_tiny_model
 
-        model, tok = build_tiny_model(name_or_path.split(":", 1)[1], seed=seed, dtype=torch_dtype)
+        arch = name_or_path.split(":", 1)[1]
+        if arch not in ARCHS:
+            raise ModelLoadError(f"unknown tiny model {name_or_path!r}; use one of: {', '.join('tiny:' + a for a in ARCHS)}")
+        model, tok = build_tiny_model(arch, seed=seed, dtype=torch_dtype)
         return model.to(device), tok
     check_model_exists(name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a config transformers cannot map to a model
         raise ModelLoadError(
             f"could not load model {name_or_path!r}: {exc}. Pass a local folder in Hugging Face "
             "format, or a hub name on a machine that can reach the hub."
@@ -61,9 +65,38 @@ def load_causal_lm(name_or_path: str, device: str = "cpu", dtype: str | torch.dt
     return model.to(device).eval(), load_tokenizer(name_or_path)
 
 
+def eos_token_ids(model=None, tokenizer=None) -> set[int]:
+    """Every token id that ends a generation: the `eos_token_id` (an id or a list of ids)
+    of the model's generation config, of its config, and of the tokenizer, as given."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None), tokenizer):
+        eos = getattr(source, "eos_token_id", None) if source is not None else None
+        if eos is not None:
+            ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
+    return ids
+
+
 def check_model_exists(name_or_path: str) -> None:
-    if _looks_like_path(name_or_path) and not Path(name_or_path).expanduser().exists():
+    if not _looks_like_path(name_or_path):
+        return  # a hub name: transformers resolves it
+    path = Path(name_or_path).expanduser()
+    if not path.exists():
         raise ModelLoadError(
             f"model path {name_or_path!r} does not exist; pass a folder in Hugging Face format "
             "(config.json + weights + tokenizer), a hub name, or tiny:llama for a random test model"
         )
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ModelLoadError(
+            f"model path {name_or_path!r} is not a model folder (no config.json); pass a folder in "
+            "Hugging Face format (config.json + weights + tokenizer), e.g. one written by save_pretrained"
+        )
+
+
+def check_device(device: str | torch.device) -> None:
+    """Refuse a device this machine does not have, before anything is loaded onto it."""
+    kind = torch.device(device).type
+    if kind == "cuda" and not torch.cuda.is_available():
+        why = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+        raise ModelLoadError(f"device {str(device)!r} asked for, but {why}; set device: cpu (policy.device=cpu)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError(f"device {str(device)!r} asked for, but MPS is not available; set device: cpu")

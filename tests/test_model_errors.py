@@ -1,0 +1,42 @@
+"""Models and devices a user can get wrong: one line `ets: error: ...`, exit code 2."""
+
+from pathlib import Path
+
+import pytest
+
+from ets.app.cli import main
+
+TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+
+
+def not_a_model(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "readme.txt").write_text("not weights")
+    return f"policy.model={folder}"
+
+
+CASES = {
+    "a folder that is not a model": (not_a_model, "is not a model folder (no config.json)"),
+    "an unknown tiny model": (lambda _: "policy.model=tiny:foo", "unknown tiny model 'tiny:foo'; use one of: tiny:llama"),
+    "tiny gemma": (lambda _: "policy.model=tiny:gemma", "unknown tiny model 'tiny:gemma'"),
+    "a GPU this machine lacks": (lambda _: "policy.device=cuda", "set device: cpu"),
+    "a seed too large for the generators": (lambda _: "seed=99999999999999999999", "must be below 2**63"),
+    "a missing embedder": (lambda _: "search.embedder=/no/such/embedder", "search.embedder '/no/such/embedder' does not exist"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_one_line_error(tmp_path, capsys, case):
+    make, message = CASES[case]
+    override = make(tmp_path)
+    if case == "a GPU this machine lacks":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("reason: this machine has a CUDA GPU, so cuda is a valid device here")
+    code = main(["run", "--quiet", "--config", str(TINY), f"output={tmp_path / 'r.jsonl'}", "data.limit=1",
+                 "method=ets", override])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("ets: error: ") and message in err[0], err
