@@ -13,10 +13,6 @@ from __future__ import annotations
 import torch
 
 
-class OutOfSlots(RuntimeError):
-    """Fewer free slots than asked for; the caller evicts or preempts and retries."""
-
-
 class SlotAllocator:
     def __init__(self, num_slots: int, device: torch.device | str):
         self.num_slots = num_slots
@@ -25,9 +21,9 @@ class SlotAllocator:
         self.n_free = num_slots
 
     def alloc(self, n: int) -> torch.Tensor:
-        """`n` slot ids (int64, on the pool device); raises OutOfSlots if fewer are free."""
-        if n > self.n_free:
-            raise OutOfSlots(f"asked for {n} KV slots, {self.n_free} free")
+        """`n` slot ids (int64, on the pool device). Asking for more than `n_free` is a
+        caller bug (the scheduler evicts or preempts first)."""
+        assert n <= self.n_free, f"asked for {n} KV slots, {self.n_free} free"
         self.n_free -= n
         return self._stack[self.n_free:self.n_free + n].flip(0).clone()
 

@@ -20,6 +20,7 @@ from ets.engine.sampling import SamplingParams, StopChecker, make_generator, sto
 from ets.engine.scheduler import Scheduler
 from ets.engine.sequence import Seq
 from ets.engine.table import SlotTable
+from ets.models.load import eos_token_ids
 
 
 COUNTERS = ("cache_hit_tokens", "computed_tokens", "generated_tokens", "evicted_tokens", "preempted",
@@ -56,7 +57,7 @@ class Engine:
         self._next_handle = 0
         self._inflight: list[Seq] = []      # the sequences of the running expand() call
         self._flags: dict[tuple, list[bool]] = {}
-        self.eos_ids = _eos_ids(model, tokenizer)
+        self.eos_ids = eos_token_ids(model, tokenizer)
 
     @classmethod
     def from_pretrained(cls, path_or_model, kv_budget_tokens: int = 65536, device: str = "cpu",
@@ -246,27 +247,10 @@ class Engine:
         """Raise AssertionError if an invariant is broken: every pool slot is free, cached or
         in use exactly once; ref counts are what the live locks imply (never negative);
         every locked path is reachable from the root."""
-        self.tree.check()
         n = self.pool.num_slots
         parts = [self.allocator.free_slots(), self.tree.all_slots(), *self.scheduler.in_use_slots()]
         every = torch.cat(parts)
         assert every.numel() == n, f"{every.numel()} slots accounted for, pool has {n}"
         counts = torch.bincount(every, minlength=n)
         assert counts.numel() == n and bool((counts == 1).all()), "a slot is held twice or lost"
-        expected: dict[int, int] = {}
-        for node in [*self.handles.values(), *self.scheduler.lock_targets()]:
-            assert self.tree.reachable(node), "a locked path is no longer in the tree"
-            while node is not self.tree.root:
-                expected[id(node)] = expected.get(id(node), 0) + 1
-                node = node.parent
-        for node in self.tree._nodes():
-            assert node.ref_count == expected.get(id(node), 0), "ref count differs from live locks"
-
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    ids: set[int] = set()
-    for source in (getattr(model, "generation_config", None), getattr(model, "config", None), tokenizer):
-        eos = getattr(source, "eos_token_id", None) if source is not None else None
-        if eos is not None:
-            ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
-    return ids
+        self.tree.check(locks=[*self.handles.values(), *self.scheduler.lock_targets()])

@@ -13,7 +13,9 @@ Invariants (checked by `check`):
 - `ref_count >= 0`; `lock(node)` adds one to every node from `node` to the root, so a
   parent's count is at least each child's, and a locked node's whole path is locked;
 - `evictable_tokens` / `locked_tokens` are the token counts of nodes with ref 0 / ref > 0;
-- only unlocked leaves are evicted; slots handed back by `evict` are no longer in the tree.
+- only unlocked leaves are evicted; slots handed back by `evict` are no longer in the tree;
+- given the live locks (`check(locks)`), every node's ref count is the number of locks on
+  its subtree, and every locked node is still reachable from the root.
 The slot tensors returned by `match` are only safe to use while their node is locked.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import torch
 
@@ -40,7 +43,18 @@ class RadixNode:
         return self.timestamp < other.timestamp
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+class MatchResult(NamedTuple):
+    node: RadixNode          # the deepest node whose path is a prefix of the query
+    slots: torch.Tensor      # that path's slots (safe to use only while `node` is locked)
+
+
+class InsertResult(NamedTuple):
+    node: RadixNode          # the node ending exactly at the inserted tokens
+    n_existing: int          # leading tokens that were cached already (the tree kept its slots)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences (lists or tuples)."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:  # the common case, at C speed
         return n
@@ -60,7 +74,7 @@ class RadixTree:
         self._clock = itertools.count(1)
 
     # ------------------------------------------------------------------ lookup
-    def match(self, tokens: list[int]) -> tuple[RadixNode, torch.Tensor]:
+    def match(self, tokens: list[int]) -> MatchResult:
         """The deepest node whose path is a prefix of `tokens`, and that path's slots.
 
         A node matched only partly is split so that the returned node ends exactly where
@@ -72,16 +86,16 @@ class RadixTree:
             child = node.children.get(tokens[i])
             if child is None:
                 break
-            k = _common_prefix(child.key, tokens[i:i + len(child.key)])
+            k = common_prefix(child.key, tokens[i:i + len(child.key)])
             if k < len(child.key):
                 child = self._split(child, k)
             child.timestamp = now
             parts.append(child.slots)
             node, i = child, i + k
         slots = torch.cat(parts) if parts else self.root.slots
-        return node, slots
+        return MatchResult(node, slots)
 
-    def insert(self, tokens: list[int], slots: torch.Tensor) -> tuple[RadixNode, int]:
+    def insert(self, tokens: list[int], slots: torch.Tensor) -> InsertResult:
         """Cache `tokens` with their `slots`; returns (node ending at `tokens`, n_existing).
 
         The first `n_existing` tokens were already cached: the tree keeps its own slots for
@@ -97,13 +111,13 @@ class RadixTree:
                 leaf.timestamp = now
                 node.children[tokens[i]] = leaf
                 self.evictable_tokens += len(leaf.key)
-                return leaf, i
-            k = _common_prefix(child.key, tokens[i:i + len(child.key)])
+                return InsertResult(leaf, i)
+            k = common_prefix(child.key, tokens[i:i + len(child.key)])
             if k < len(child.key):
                 child = self._split(child, k)
             child.timestamp = now
             node, i = child, i + k
-        return node, i
+        return InsertResult(node, i)
 
     def _split(self, child: RadixNode, k: int) -> RadixNode:
         """Cut `child`'s edge after k tokens; returns the new upper node.
@@ -143,7 +157,7 @@ class RadixTree:
         unlocked is left); returns the freed slots. `evict(0)` is always safe."""
         if n_tokens <= 0 or self.evictable_tokens == 0:
             return self.root.slots
-        heap = [n for n in self._nodes() if not n.children and n.ref_count == 0]
+        heap = [n for n in self.nodes() if not n.children and n.ref_count == 0]
         heapq.heapify(heap)
         freed, count = [], 0
         while heap and count < n_tokens:
@@ -158,7 +172,8 @@ class RadixTree:
         return torch.cat(freed) if freed else self.root.slots
 
     # ------------------------------------------------------------------ checks
-    def _nodes(self):
+    def nodes(self) -> Iterator[RadixNode]:
+        """Every node but the root (depth first; do not change the tree while iterating)."""
         stack = [self.root]
         while stack:
             node = stack.pop()
@@ -167,7 +182,7 @@ class RadixTree:
             stack.extend(node.children.values())
 
     def all_slots(self) -> torch.Tensor:
-        parts = [n.slots for n in self._nodes()]
+        parts = [n.slots for n in self.nodes()]
         return torch.cat(parts) if parts else self.root.slots
 
     def path_of(self, node: RadixNode) -> list[int]:
@@ -187,10 +202,12 @@ class RadixTree:
             node = parent
         return True
 
-    def check(self) -> None:
-        """Raise AssertionError if an invariant of this tree is broken."""
+    def check(self, locks: Iterable[RadixNode] | None = None) -> None:
+        """Raise AssertionError if an invariant of this tree is broken. `locks`: the node of
+        every live lock (one entry per `lock` call not yet undone); when given, each must be
+        reachable and every ref count must be exactly what they imply."""
         evictable = locked = 0
-        for node in self._nodes():
+        for node in self.nodes():
             assert node.key, "empty edge below the root"
             assert len(node.key) == node.slots.numel(), "key and slots differ in length"
             assert node.parent.children.get(node.key[0]) is node, "node not under its first token"
@@ -203,3 +220,15 @@ class RadixTree:
                 locked += len(node.key)
         assert evictable == self.evictable_tokens, f"evictable {self.evictable_tokens} != {evictable}"
         assert locked == self.locked_tokens, f"locked {self.locked_tokens} != {locked}"
+        if locks is not None:
+            self._check_locks(locks)
+
+    def _check_locks(self, locks: Iterable[RadixNode]) -> None:
+        expected: dict[int, int] = {}
+        for node in locks:
+            assert self.reachable(node), "a locked path is no longer in the tree"
+            while node is not self.root:
+                expected[id(node)] = expected.get(id(node), 0) + 1
+                node = node.parent
+        for node in self.nodes():
+            assert node.ref_count == expected.get(id(node), 0), "ref count differs from live locks"

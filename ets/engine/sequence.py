@@ -6,8 +6,9 @@
 
 - `prefix_node` is the radix node ending at `prefix_len`, locked while the sequence runs,
   so the prefix slots cannot be evicted under it;
-- `own_slots` were allocated for this sequence and are in no other structure; at the end
-  they are inserted into the tree (duplicates of tokens cached meanwhile are freed);
+- the own slots (table row, positions prefix_len..kv_len) were allocated for this sequence
+  and are in no other structure; at the end they are inserted into the tree (duplicates of
+  tokens cached meanwhile are freed);
 - a generating sequence samples once `kv_len == len(tokens)`; its last sampled token is
   never computed (nothing needs its KV until the path is continued);
 - a scoring sequence has fixed tokens and collects outputs at `positions`.
@@ -38,7 +39,6 @@ class Seq:
     row: int = -1
     prefix_node: RadixNode | None = None
     prefix_len: int = 0
-    own_slots: list[torch.Tensor] = field(default_factory=list)
     kv_len: int = 0
     # --- result
     finish: str | None = None
@@ -47,10 +47,6 @@ class Seq:
     @property
     def scoring(self) -> bool:
         return self.params is None
-
-    @property
-    def n_own(self) -> int:
-        return self.kv_len - self.prefix_len
 
     @property
     def new_tokens(self) -> list[int]:
