@@ -9,6 +9,7 @@ Filtering follows `transformers`' order: temperature, then top-k, then top-p.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -64,25 +65,44 @@ def sample(logits: torch.Tensor, params: SamplingParams, generators: list[torch.
     return torch.cat(picks).tolist()
 
 
+class StopStrings:
+    """The one rule for stop strings, shared by the engine (`StopChecker`) and the policies'
+    step cutting (ets/policy/steps.py), so both stop at the same token.
+
+    Checked after every new token, so the first appearance stops: a string has appeared
+    once the decoded text of the last `window` tokens contains it. A window of 4 tokens per
+    character of the longest string (+4) covers byte-level tokenizers, where one character
+    may take up to 4 tokens, without decoding the whole output each time.
+    """
+
+    def __init__(self, tokenizer, strings: Sequence[str]):
+        self.tokenizer = tokenizer
+        self.strings = tuple(strings)
+        self.window = 4 * max((len(s) for s in self.strings), default=0) + 4
+
+    def found(self, tokens: Sequence[int]) -> bool:
+        """Whether one of the strings appears in the text of the last `window` tokens."""
+        tail = self.tokenizer.decode(list(tokens[-self.window:]), skip_special_tokens=False)
+        return any(s in tail for s in self.strings)
+
+
 class StopChecker:
     """Decides after each new token whether a sequence is done, and why.
 
     finish reasons: "eos" (an EOS token; kept in the output), "stop" (a stop token id or
     a stop string; the tokens that complete it are kept), "length" (max_new_tokens).
-    A stop string is looked for in the decoded last few tokens, and only after a token
-    whose own text could end it (it contains the string's last character or is a partial
-    UTF-8 byte): most steps decode nothing.
+    A stop string is looked for as `StopStrings` says, and only after a token whose own
+    text could end it (it contains the string's last character or is a partial UTF-8
+    byte): most steps decode nothing.
     """
 
     def __init__(self, params: SamplingParams, eos_ids: set[int], tokenizer=None, flags=None):
         self.params = params
         self.eos_ids = set() if params.ignore_eos else set(eos_ids)
         self.stop_ids = set(params.stop_token_ids)
-        self.strings = params.stop_strings
-        if self.strings and tokenizer is None:
+        if params.stop_strings and tokenizer is None:
             raise ValueError("stop strings need a tokenizer: pass tokenizer= to Engine.from_pretrained")
-        self.tokenizer = tokenizer
-        self.window = 4 * max((len(s) for s in self.strings), default=0) + 4
+        self.strings = StopStrings(tokenizer, params.stop_strings) if params.stop_strings else None
         self.flags = flags  # list[bool] per token id: may this token complete a stop string?
 
     def finish(self, new_tokens: list[int]) -> str | None:
@@ -92,8 +112,7 @@ class StopChecker:
         if tok in self.stop_ids:
             return "stop"
         if self.strings and (self.flags is None or tok >= len(self.flags) or self.flags[tok]):
-            tail = self.tokenizer.decode(new_tokens[-self.window:], skip_special_tokens=False)
-            if any(s in tail for s in self.strings):
+            if self.strings.found(new_tokens):
                 return "stop"
         if len(new_tokens) >= self.params.max_new_tokens:
             return "length"

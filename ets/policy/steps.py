@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ets.engine.sampling import StopStrings
+from ets.models.load import eos_token_ids
 from ets.policy.base import Step
 
 
@@ -28,8 +30,8 @@ class StepCutter:
         self.tokenizer = tokenizer
         self.delimiter = delimiter
         self.max_step_tokens = max_step_tokens
-        self.eos_ids = _eos_ids(tokenizer)
-        self._window = 4 * len(delimiter) + 4
+        self.eos_ids = eos_token_ids(tokenizer=tokenizer)
+        self._stop = StopStrings(tokenizer, [delimiter])
 
     def finished(self, new_tokens: Sequence[int]) -> bool:
         """True once `new_tokens` form a complete step (checked after every token)."""
@@ -42,11 +44,9 @@ class StepCutter:
         )
 
     def ends_at_delimiter(self, tokens: Sequence[int]) -> bool:
-        """Whether the delimiter appears in the text of the last few tokens. Called after
-        each token, so the first appearance stops the step; a window of 4 tokens per
-        delimiter character covers byte-level tokenizers without decoding the whole step."""
-        tail = self.tokenizer.decode(list(tokens[-self._window :]), skip_special_tokens=False)
-        return self.delimiter in tail
+        """Whether the delimiter appears in the text of the last few tokens: the engine's
+        stop-string rule (`ets.engine.sampling.StopStrings`), so the backends cut alike."""
+        return self._stop.found(tokens)
 
     def cut(self, new_tokens: Sequence[int]) -> Step:
         """The step made of the first tokens of `new_tokens`, with why it ended."""
@@ -61,10 +61,3 @@ class StepCutter:
 
     def _decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
-
-
-def _eos_ids(tokenizer) -> set[int]:
-    eos = getattr(tokenizer, "eos_token_id", None)
-    if eos is None:
-        return set()
-    return set(eos) if isinstance(eos, (list, tuple)) else {eos}
