@@ -16,7 +16,7 @@ from ets.engine.pool import KVPool
 from ets.engine.prefix import shared_prefixes
 from ets.engine.radix import RadixNode, RadixTree
 from ets.engine.runner import ModelRunner
-from ets.engine.sampling import SamplingParams, StopChecker, make_generator, stop_flags
+from ets.engine.sampling import SamplingParams, StopChecker, make_generator, sample_rows, stop_flags
 from ets.engine.scheduler import Scheduler
 from ets.engine.sequence import Seq
 from ets.engine.table import SlotTable
@@ -47,8 +47,8 @@ class Engine:
         self.table = SlotTable(self.device)
         self.counters = dict.fromkeys(
             COUNTERS, 0)
-        runner = ModelRunner(model, self.pool, self.table)
-        self.scheduler = Scheduler(runner, self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
+        self.runner = ModelRunner(model, self.pool, self.table)
+        self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
         self.handles: dict[int, RadixNode] = {}
         # Handles whose lock was spilled under memory pressure: still valid to release,
         # their path merely recomputes (from its tokens) when next extended.
@@ -83,7 +83,7 @@ class Engine:
         requests = [(p, 1) for p in prompts]
         seqs = self._seqs(requests, params, seed, lock=False)
         self._prefill_shared([(tuple(p), len(p) - 1, 1) for p in prompts])
-        self.scheduler.run(seqs)
+        self._run(seqs)
         return [s.new_tokens for s in seqs]
 
     def expand(self, requests: list[tuple[list[int], int]], max_new_tokens: int = 64, temperature: float = 1.0,
@@ -97,7 +97,7 @@ class Engine:
         self._inflight = seqs
         try:
             self._prefill_shared([(tuple(t), len(t) - 1, n) for t, n in requests])
-            self.scheduler.run(seqs)
+            self._run(seqs)
         except BaseException:  # no handles go out: unlock what finished before the error
             for seq in seqs:
                 if seq.result_node is not None:
@@ -129,6 +129,26 @@ class Engine:
                 raise KeyError(f"unknown or already released handle {h}")
             self.tree.unlock(node)
 
+    def _run(self, seqs: list[Seq], hidden: bool = False) -> None:
+        """Run `seqs` to completion (results are left on each `Seq`): the scheduler plans
+        each step, the runner computes it, sampling picks the next tokens, the scheduler
+        books the results."""
+        scheduler = self.scheduler
+        scheduler.add(seqs)
+        try:
+            while scheduler.has_work:
+                plan = scheduler.schedule()
+                if not plan.chunks:
+                    continue
+                outputs = self.runner.forward(plan.chunks, hidden=hidden)
+                sampled = [plan.owners[i] for i in plan.to_sample]
+                tokens = sample_rows([outputs[i][-1] for i in plan.to_sample], [s.params for s in sampled],
+                                     [s.generator for s in sampled])
+                scheduler.postprocess(plan, outputs, tokens)
+        except BaseException:
+            scheduler.abort()
+            raise
+
     def _spill_oldest(self) -> bool:
         """Out of memory with every slot locked: unlock the oldest live handle, so its path
         becomes evictable. The handle stays valid; extending that path later recomputes it
@@ -155,7 +175,7 @@ class Engine:
         prefixes = [p for p in shared_prefixes(items) if self.tree.match(list(p))[1].numel() < len(p)]
         if prefixes:
             self._prefill_shared([(p, len(p), 1) for p in prefixes])  # what they share, first
-            self.scheduler.run([Seq(list(p), len(p)) for p in prefixes])
+            self._run([Seq(list(p), len(p)) for p in prefixes])
 
     def _params(self, max_new_tokens, temperature, top_p, top_k, stop, ignore_eos) -> SamplingParams:
         stop = [stop] if isinstance(stop, (str, int)) else list(stop or ())
@@ -204,7 +224,7 @@ class Engine:
             self._check_length(len(tokens))
             seqs.append(Seq(list(tokens), len(tokens), positions=list(pos)))
         self._prefill_shared([(tuple(s.tokens), s.match_limit(), 1) for s in seqs])
-        self.scheduler.run(seqs, hidden=hidden_states)
+        self._run(seqs, hidden=hidden_states)
         out = []
         for seq in seqs:
             stacked = torch.cat(seq.outputs)  # rows in order of sorted(set(positions))

@@ -1,8 +1,8 @@
 """The model runner: one forward of the model's own code over a packed batch of chunks.
 
 It turns the scheduler's chunks (a sequence's next new tokens and the slots chosen for
-them) into `input_ids` / `position_ids` of shape [1, T], records the slots in the slot
-table, builds the attention metadata once, and runs the model with the paged attention
+them, already recorded in the slot table) into `input_ids` / `position_ids` of shape
+[1, T], builds the attention metadata once, and runs the model with the paged attention
 function switched on for this call only (the same model object can serve other code,
 e.g. the `transformers` baseline, between calls). It owns no memory decisions.
 """
@@ -10,23 +10,13 @@ e.g. the `transformers` baseline, between calls). It owns no memory decisions.
 from __future__ import annotations
 
 import contextlib
-from typing import NamedTuple
 
 import torch
 
 from ets.engine import attention, cascade
 from ets.engine.pool import KVPool
+from ets.engine.sequence import Chunk
 from ets.engine.table import SlotTable
-
-
-class Chunk(NamedTuple):
-    row: int                 # the sequence's slot-table row
-    start: int               # position of the first new token (= tokens already computed)
-    token_ids: list[int]     # the new tokens
-    slots: torch.Tensor      # [len(token_ids)] pool slots for them
-    keep: list[int]          # offsets in the chunk whose outputs are returned
-    cluster: int = 0         # chunks with the same cluster share KV of positions < shared
-    shared: int = 0
 
 
 class ModelRunner:
@@ -62,7 +52,6 @@ class ModelRunner:
             ids.extend(c.token_ids)
             pos.extend(range(c.start, c.start + len(c.token_ids)))
             keep.extend(base + k for k in c.keep)
-            self.table.write(c.row, c.start, c.slots)
         n_decode = sum(1 for c in ordered if len(c.token_ids) == 1)
         groups = []
         if n_decode:

@@ -65,6 +65,21 @@ def sample(logits: torch.Tensor, params: SamplingParams, generators: list[torch.
     return torch.cat(picks).tolist()
 
 
+def sample_rows(logits: Sequence[torch.Tensor], params: Sequence[SamplingParams],
+                generators: Sequence[torch.Generator | None]) -> list[int]:
+    """One token per row: row b is `logits[b]` [V], sampled under `params[b]` with
+    `generators[b]`. Rows with the same parameters are sampled as one batch."""
+    groups: dict[SamplingParams, list[int]] = {}
+    for b, p in enumerate(params):
+        groups.setdefault(p, []).append(b)
+    tokens = [0] * len(logits)
+    for p, rows in groups.items():
+        picked = sample(torch.stack([logits[b] for b in rows]), p, [generators[b] for b in rows])
+        for b, tok in zip(rows, picked):
+            tokens[b] = tok
+    return tokens
+
+
 class StopStrings:
     """The one rule for stop strings, shared by the engine (`StopChecker`) and the policies'
     step cutting (ets/policy/steps.py), so both stop at the same token.

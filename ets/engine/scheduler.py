@@ -1,18 +1,27 @@
-"""The scheduler: admits sequences, packs each step's chunks, and makes every memory decision.
+"""The scheduler: admits sequences, plans each step's chunks, and makes every memory decision.
 
-One step (`_step`), in order:
+It only plans and books; the engine runs the model and samples (ets/engine/engine.py):
+
+    while scheduler.has_work:
+        plan = scheduler.schedule()                      # 1-2 below -> Plan(chunks, owners, to_sample)
+        outputs = runner.forward(plan.chunks)            # the model
+        tokens = sample_rows(...)                        # one token per plan.to_sample
+        scheduler.postprocess(plan, outputs, tokens)     # 3 below
+
 1. admit waiting sequences: match their longest cached prefix and lock it; admission stops
    while the pool (free + evictable) could not hold the newcomer's uncached tokens plus
    one token per running sequence;
 2. schedule chunks, oldest sequence first, up to `max_batch_tokens` new tokens: a decode
    sequence gets 1 token, a prefilling one the rest of its uncomputed tokens (or what the
-   budget leaves). Slots come from the allocator; when it runs short the radix tree
+   budget leaves). Slots come from the allocator (and go into the sequence's slot-table
+   row, which the runner reads); when it runs short the radix tree
    evicts unlocked LRU leaves; when nothing is evictable the youngest running sequence is
    preempted: its computed KV is handed to the tree (unlocked, so it may survive and be
-   reused on re-admission) and it goes back to the front of the queue;
-3. run the model on the packed chunks; sample for sequences whose tokens are all computed;
-4. finish sequences that stopped: insert their path into the tree, free duplicate slots,
-   lock the result if asked (expand), unlock the prefix.
+   reused on re-admission) and it goes back to the front of the queue; when nothing runs
+   and locks fill the pool, `relieve` (the engine spills handles) or EngineMemoryError;
+3. postprocess: advance each sequence's computed length, keep scoring outputs, append the
+   sampled tokens and check stops; finish sequences that are done: insert their path into
+   the tree, free duplicate slots, lock the result if asked (expand), unlock the prefix.
 A sequence never reads a slot it does not hold a lock on or own, so preemption and
 eviction cannot corrupt another sequence's cache.
 """
@@ -20,15 +29,13 @@ eviction cannot corrupt another sequence's cache.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from typing import Callable, MutableMapping, NamedTuple, Sequence
 
 import torch
 
 from ets.engine.allocator import SlotAllocator
-from ets.engine.radix import RadixTree
-from ets.engine.runner import Chunk, ModelRunner
-from ets.engine.sampling import sample
-from ets.engine.sequence import Seq
+from ets.engine.radix import RadixNode, RadixTree
+from ets.engine.sequence import Chunk, Seq
 from ets.engine.table import SlotTable
 
 
@@ -36,10 +43,20 @@ class EngineMemoryError(RuntimeError):
     """The pool cannot make progress: locked paths (unreleased handles) fill it."""
 
 
+class Plan(NamedTuple):
+    """One step, as the scheduler decided it: chunk i computes tokens of `owners[i]` (a
+    sequence appears at most once); `to_sample` are the indices of the chunks that end
+    their sequence's tokens, so their last output is sampled. Empty: nothing to run this
+    step (admission finished everything, or locks were spilled): ask again."""
+    chunks: list[Chunk]
+    owners: list[Seq]
+    to_sample: list[int]
+
+
 class Scheduler:
-    def __init__(self, runner: ModelRunner, allocator: SlotAllocator, tree: RadixTree,
-                 table: SlotTable, max_batch_tokens: int, counters: dict[str, int]):
-        self.runner, self.allocator, self.tree, self.table = runner, allocator, tree, table
+    def __init__(self, allocator: SlotAllocator, tree: RadixTree, table: SlotTable,
+                 max_batch_tokens: int, counters: MutableMapping[str, int]):
+        self.allocator, self.tree, self.table = allocator, tree, table
         self.max_batch_tokens = max_batch_tokens
         self.counters = counters
         # Eviction frees at least this much: each evict() scans the whole radix tree for its
@@ -52,57 +69,49 @@ class Scheduler:
         # (the engine spills its oldest handles) and says whether it did.
         self.relieve: Callable[[], bool] | None = None
 
-    def run(self, seqs: list[Seq], hidden: bool = False) -> None:
-        """Run `seqs` to completion (results are left on each `Seq`)."""
+    def add(self, seqs: Sequence[Seq]) -> None:
+        """Queue `seqs` (they run after those already waiting)."""
         self.waiting.extend(seqs)
-        try:
-            while self.waiting or self.running:
-                self._step(hidden)
-        except BaseException:
-            self._abort()
-            raise
 
-    # ------------------------------------------------------------------ step
-    def _step(self, hidden: bool) -> None:
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ------------------------------------------------------------------ plan
+    def schedule(self) -> Plan:
+        """Admit what fits and plan this step's chunks (allocating, evicting, preempting)."""
         self._admit()
         if not self.running and not self.waiting:  # admission finished everything
-            return
-        chunks, owners = self._schedule()
-        if not chunks and self.relieve is not None and self.relieve():
-            return  # locks were spilled to make room: schedule again next step
-        if not chunks:
-            raise EngineMemoryError(
-                f"the KV pool ({self.allocator.num_slots} tokens) is full of locked paths "
-                f"({self.tree.locked_tokens} tokens): release handles or raise kv_budget_tokens"
-            )
-        outs = self.runner.forward(chunks, hidden=hidden)
-        to_sample: list[tuple[Seq, torch.Tensor]] = []
-        for seq, chunk, out in zip(owners, chunks, outs):
+            return Plan([], [], [])
+        plan = self._schedule()
+        if plan.chunks:
+            return plan
+        if self.relieve is not None and self.relieve():
+            return plan  # locks were spilled to make room: schedule again next step
+        raise EngineMemoryError(
+            f"the KV pool ({self.allocator.num_slots} tokens) is full of locked paths "
+            f"({self.tree.locked_tokens} tokens): release handles or raise kv_budget_tokens"
+        )
+
+    # ----------------------------------------------------------- postprocess
+    def postprocess(self, plan: Plan, outputs: Sequence[torch.Tensor], tokens: Sequence[int]) -> None:
+        """Book a step's results: `outputs[i]` are chunk i's outputs at its `keep` offsets,
+        `tokens[k]` the token sampled for chunk `plan.to_sample[k]`."""
+        assert len(outputs) == len(plan.chunks) and len(tokens) == len(plan.to_sample)
+        for seq, chunk, out in zip(plan.owners, plan.chunks, outputs):
             seq.kv_len += len(chunk.token_ids)
             self.counters["computed_tokens"] += len(chunk.token_ids)
             if seq.scoring:
                 seq.outputs.append(out)
                 if seq.kv_len == len(seq.tokens):
                     self._finish(seq)
-            elif seq.kv_len == len(seq.tokens):
-                to_sample.append((seq, out[-1]))
-        if to_sample:
-            self._sample(to_sample)
-
-    def _sample(self, items: list[tuple[Seq, torch.Tensor]]) -> None:
-        # Sequences of one call share their parameters; group in case calls ever mix.
-        by_params: dict = {}
-        for seq, logits in items:
-            by_params.setdefault(seq.params, []).append((seq, logits))
-        for params, group in by_params.items():
-            logits = torch.stack([lg for _, lg in group])
-            tokens = sample(logits, params, [seq.generator for seq, _ in group])
-            for (seq, _), tok in zip(group, tokens):
-                seq.tokens.append(tok)
-                self.counters["generated_tokens"] += 1
-                seq.finish = seq.stopper.finish(seq.new_tokens)
-                if seq.finish is not None:
-                    self._finish(seq)
+        for i, tok in zip(plan.to_sample, tokens):
+            seq = plan.owners[i]
+            seq.tokens.append(tok)
+            self.counters["generated_tokens"] += 1
+            seq.finish = seq.stopper.finish(seq.new_tokens)
+            if seq.finish is not None:
+                self._finish(seq)
 
     # ------------------------------------------------------------- admission
     def _admit(self) -> None:
@@ -126,10 +135,9 @@ class Scheduler:
                 self._finish(seq)
 
     # ------------------------------------------------------------ scheduling
-    def _schedule(self) -> tuple[list[Chunk], list[Seq]]:
+    def _schedule(self) -> Plan:
         budget = self.max_batch_tokens
-        chunks: list[Chunk] = []
-        owners: list[Seq] = []
+        plan = Plan([], [], [])
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
@@ -139,12 +147,15 @@ class Scheduler:
                 break
             n = slots.numel()
             start = seq.kv_len
-            chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], slots, seq.chunk_keep(start, n),
-                                id(seq.prefix_node), seq.prefix_len))
-            owners.append(seq)
+            self.table.write(seq.row, start, slots)  # positions start..start+n of its row
+            if not seq.scoring and start + n == len(seq.tokens):
+                plan.to_sample.append(len(plan.chunks))
+            plan.chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], slots, seq.chunk_keep(start, n),
+                                     id(seq.prefix_node), seq.prefix_len))
+            plan.owners.append(seq)
             budget -= n
             i += 1
-        return chunks, owners
+        return plan
 
     def _alloc(self, n: int, seq: Seq) -> torch.Tensor | None:
         """n slots for `seq`, evicting and then preempting younger sequences as needed."""
@@ -186,11 +197,11 @@ class Scheduler:
             self.tree.lock(node)
             seq.result_node = node
 
-    def _hand_to_tree(self, seq: Seq):
+    def _hand_to_tree(self, seq: Seq) -> RadixNode:
         """Cache `seq`'s computed tokens in the tree, drop its lock and row; returns the
         node ending at its computed length (unlocked)."""
         slots = self.table.rows[seq.row, : seq.kv_len].clone()  # the row is reused later
-        node, existing = self.tree.insert(seq.tokens[: seq.kv_len], slots)
+        node, existing = self.tree.insert(seq.tokens[: seq.kv_len], slots)  # InsertResult
         if existing > seq.prefix_len:  # computed here, but cached meanwhile by a sibling
             self.allocator.free(slots[seq.prefix_len:existing])
         self.tree.lock(node)  # keep the new path safe while the prefix lock moves
@@ -201,7 +212,7 @@ class Scheduler:
         seq.row, seq.prefix_node = -1, None
         return node
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
         """After an error: give back every slot, lock and row held by unfinished sequences."""
         for seq in list(self.running):
             self.allocator.free(self.table.rows[seq.row, seq.prefix_len: seq.kv_len].clone())
@@ -215,5 +226,6 @@ class Scheduler:
         """Slots owned by running sequences (not in the tree, not free)."""
         return [self.table.rows[s.row, s.prefix_len: s.kv_len] for s in self.running]
 
-    def lock_targets(self) -> list:
+    def lock_targets(self) -> list[RadixNode]:
+        """The node each running sequence holds a lock on (its cached prefix)."""
         return [s.prefix_node for s in self.running]

@@ -1,4 +1,4 @@
-"""One request inside the engine: its tokens and where its KV lives.
+"""One request inside the engine: its tokens and where its KV lives; a chunk of it to compute.
 
     tokens:  [ prompt ............ | generated ...... ]
     KV:      [ prefix (tree, locked) | own slots | not yet computed ]
@@ -18,11 +18,27 @@ A waiting sequence (not admitted, or preempted) holds no slots, no lock and no r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
 from ets.engine.radix import RadixNode
 from ets.engine.sampling import SamplingParams, StopChecker
+
+
+class Chunk(NamedTuple):
+    """The scheduler's order to the runner: compute these tokens of one sequence now.
+
+        row r of the slot table: [ computed ...... | token_ids -> slots | later ... ]
+                                  0            start              start + len(token_ids)
+    """
+    row: int                 # the sequence's slot-table row
+    start: int               # position of the first new token (= tokens already computed)
+    token_ids: list[int]     # the new tokens
+    slots: torch.Tensor      # [len(token_ids)] pool slots for them
+    keep: list[int]          # offsets in the chunk whose outputs are returned
+    cluster: int = 0         # chunks with the same cluster share KV of positions < shared
+    shared: int = 0
 
 
 @dataclass(eq=False)
