@@ -43,26 +43,60 @@ class ProcessRewardModel(ABC):
 
 
 def validate_scores(scores, trajectories, name: str) -> list[list[list[float]]]:
-    """Check `scores` against the shape of `trajectories`; return them as plain floats."""
+    """Check `scores` against the shape of `trajectories`; return them as plain floats.
+
+    Any wrong shape or value is one `RewardError` line naming the reward and where it is:
+    a float (or None) where a list was due, a wrong count of questions, trajectories or
+    steps, a value that is not a number, NaN, or a number outside [0, 1]. Lists, tuples,
+    numpy arrays and tensors are accepted at every level.
+    """
     def fail(what: str) -> RewardError:
         return RewardError(f"reward {name!r} returned {what}")
 
-    if len(scores) != len(trajectories):
-        raise fail(f"scores for {len(scores)} questions, expected {len(trajectories)}")
+    per_question = _as_list(scores, f"of scores for {len(trajectories)} questions", fail, "")
+    if len(per_question) != len(trajectories):
+        raise fail(f"scores for {len(per_question)} questions, expected {len(trajectories)}")
     out: list[list[list[float]]] = []
-    for q, (per_q, trajs) in enumerate(zip(scores, trajectories)):
+    for q, (per_q, trajs) in enumerate(zip(per_question, trajectories)):
+        per_q = _as_list(per_q, f"of {len(trajs)} trajectories' scores", fail, f" for question {q}")
         if len(per_q) != len(trajs):
             raise fail(f"{len(per_q)} trajectories for question {q}, expected {len(trajs)}")
         out_q = []
         for t, (per_t, steps) in enumerate(zip(per_q, trajs)):
+            where = f" for question {q} trajectory {t}"
+            per_t = _as_list(per_t, f"of {len(steps)} step scores (one per step)", fail, where)
             if len(per_t) != len(steps):
-                raise fail(f"{len(per_t)} step scores for question {q} trajectory {t}, expected {len(steps)}")
-            vals = []
-            for s, v in enumerate(per_t):
-                v = float(v)
-                if not math.isfinite(v) or not 0.0 <= v <= 1.0:
-                    raise fail(f"{v!r} for question {q} trajectory {t} step {s}; scores must be finite and in [0, 1]")
-                vals.append(v)
-            out_q.append(vals)
+                raise fail(f"{len(per_t)} step scores{where}, expected {len(steps)}")
+            out_q.append([_as_score(v, fail, f"{where} step {s}") for s, v in enumerate(per_t)])
         out.append(out_q)
     return out
+
+
+def _as_list(value, expected: str, fail, where: str) -> list:
+    """`value` as a list, or the named error: a list (tuple, array, tensor) was due here."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()          # numpy arrays and tensors (a 0-d one becomes a number)
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise fail(f"{_show(value)}{where}, expected a list {expected}")
+
+
+def _as_score(value, fail, where: str) -> float:
+    """`value` as a float in [0, 1], or the named error."""
+    if isinstance(value, (str, bytes)) or not hasattr(type(value), "__float__"):
+        raise fail(f"{_show(value)}{where}; a score must be a number in [0, 1]")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):     # e.g. a tensor of more than one element
+        raise fail(f"{_show(value)}{where}; a score must be a number in [0, 1]") from None
+    if not math.isfinite(v) or not 0.0 <= v <= 1.0:
+        raise fail(f"{v!r}{where}; scores must be finite and in [0, 1]")
+    return v
+
+
+def _show(value) -> str:
+    """A short description of a wrong value: its repr (cut to 40 characters) and its type."""
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return text if value is None else f"{text} (a {type(value).__name__})"
