@@ -152,3 +152,30 @@ def test_shared_prefixes_are_computed_once(model_tok):
     engine.check()
     # 4 samples of a cached path: each computes its path's last token, then 2 decode steps
     assert engine.stats()["computed_tokens"] == _unique(prompts) + 4 * 3
+
+
+def test_the_pool_default_is_written_once(model_tok):
+    from ets.engine import DEFAULT_KV_TOKENS, DEFAULT_MAX_BATCH_TOKENS
+
+    model, tok = model_tok
+    for engine in (Engine(model, tok), Engine.from_pretrained(model, kv_budget_tokens=None, tokenizer=tok)):
+        assert engine.stats()["pool_kv_tokens"] == DEFAULT_KV_TOKENS
+        assert engine.scheduler.max_batch_tokens == DEFAULT_MAX_BATCH_TOKENS
+    assert Engine(model, tok, kv_budget_tokens=100).stats()["pool_kv_tokens"] == 100
+
+
+def test_shared_prefixes_and_their_levels():
+    from ets.engine.prefix import prefix_levels, shared_prefixes
+
+    a, b, c = (1, 2, 3, 9), (1, 2, 3, 4, 5), (1, 2, 3, 4, 6)
+    # the engine prefills the maximal ones, each within its paths' cacheable limits
+    assert shared_prefixes([(a, 4, 1), (b, 5, 1), (c, 5, 1)]) == [(1, 2, 3, 4)]
+    assert shared_prefixes([(a, 4, 1), (b, 2, 1), (c, 2, 1)]) == [(1, 2, 3)]
+    assert shared_prefixes([(a, 3, 2), (b, 5, 1)]) == [(1, 2, 3)]   # two sequences on a
+    assert shared_prefixes([((1, 2), 2, 1), ((3, 4), 2, 1)]) == []
+    # a scorer wants every branch point, nested ones in later levels
+    q, h = [1] * 8, [2] * 8
+    seqs = [q + h + [3], q + h + [4], q + [5]]
+    assert prefix_levels(seqs, min_tokens=8) == [[q], [q + h]]
+    assert prefix_levels(seqs, min_tokens=9) == [[q + h]]
+    assert prefix_levels([[1, 2], [3, 4]], min_tokens=1) == []

@@ -44,3 +44,43 @@ def test_stop_strings_and_token_ids(model_tok):
     assert conts[0].finish == "length" and conts[0].token_ids == free[:3]
     engine.check()
 
+
+
+def test_a_request_with_its_own_seed_samples_the_same_anywhere(model_tok):
+    """Sample j of a request carrying its own seed depends only on (that seed, j): not on
+    the other requests, their order, the call's seed, cache hits or preemption."""
+    model, tok = model_tok
+    prompt = random_tokens(15, seed=1)
+    mine = (prompt, 3, 42)
+    others = [(random_tokens(12, seed=2), 3), (random_tokens(9, seed=3), 2, 5)]
+    kw = dict(max_new_tokens=8, temperature=1.0, ignore_eos=True)
+
+    def tokens(conts):
+        return [c.token_ids for c in conts]
+
+    alone = tokens(Engine(model, tok, kv_budget_tokens=1024).expand([mine], **kw)[0])
+    assert len({tuple(t) for t in alone}) > 1
+    # the call-level rule for a call of one request: the same samples
+    assert tokens(Engine(model, tok, kv_budget_tokens=1024).expand([(prompt, 3)], seed=42, **kw)[0]) == alone
+
+    roomy = Engine(model, tok, kv_budget_tokens=1024)
+    roomy.generate([prompt[:10]], max_new_tokens=2, seed=0)   # a cache hit for `mine`
+    got = roomy.expand([*others, mine], seed=9, **kw)
+    assert tokens(got[2]) == alone
+    assert tokens(roomy.expand([mine, *reversed(others)], seed=1, **kw)[0]) == alone
+    roomy.check()
+
+    tiny = Engine(model, tok, kv_budget_tokens=40, max_batch_tokens=8)
+    assert tokens(tiny.expand([others[0], mine, others[1]], seed=3, **kw)[1]) == alone
+    tiny.check()
+    assert tiny.stats()["preempted"] > 0
+
+    assert tokens(Engine(model, tok, kv_budget_tokens=1024).expand([(prompt, 3, 43)], **kw)[0]) != alone
+    # generate takes one seed per prompt the same way
+    engine = Engine(model, tok, kv_budget_tokens=1024)
+    assert engine.generate([others[0][0], prompt], seeds=[None, 42], seed=7, max_new_tokens=8,
+                           ignore_eos=True)[1] == alone[0]
+    with pytest.raises(TypeError, match="seed"):
+        engine.expand([(prompt, 1, "42")])
+    with pytest.raises(ValueError, match="token_ids, n"):
+        engine.expand([(prompt,)])

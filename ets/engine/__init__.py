@@ -4,26 +4,30 @@ The model runs in its own `transformers` code on a packed batch (all new tokens 
 sequences in one row, per-token position ids); a custom attention function registered
 through `transformers.AttentionInterface` writes K/V into a preallocated pool and attends
 each token over its own sequence. A token-level radix tree stores every cached prefix once.
+The engine knows nothing of the search: it imports only itself and ets.models.
 
 Public API
 ----------
-    from ets.engine import Engine
+    from ets.engine import DEFAULT_KV_TOKENS, Engine
 
     engine = Engine.from_pretrained(
         "tiny:llama",                # a path, a hub name, tiny:<arch>, or a built model
-        kv_budget_tokens=65536,      # the pool: the whole KV memory budget, in tokens
+        kv_budget_tokens=None,       # the pool: the whole KV budget in tokens (None: DEFAULT_KV_TOKENS)
         device="cpu", dtype="float32",
         tokenizer=None,              # needed for stop strings when passing a built model
-        max_batch_tokens=8192,       # new tokens per forward (longer prefills are chunked)
-    )
+        max_batch_tokens=None,       # new tokens per forward, longer prefills chunked
+    )                                #   (None: DEFAULT_MAX_BATCH_TOKENS)
 
     # new tokens per prompt; stop: strings and/or token ids (the stopping tokens are kept)
     outs = engine.generate(prompts, max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=0,
                            stop=["\\n\\n"], seed=0)            # temperature=0: greedy
+    outs = engine.generate(prompts, seeds=[11, 12, ...])      # or one seed per prompt
 
     # n continuations of each path; each Continuation(handle, token_ids, finish) keeps
-    # path + token_ids[:-1] cached (the last token's KV is not computed yet) until released
-    conts = engine.expand([(path_ids, 4), (other_ids, 2)], max_new_tokens=32, stop=["\\n\\n"])
+    # path + token_ids[:-1] cached (the last token's KV is not computed yet) until released.
+    # A request is (token_ids, n) or (token_ids, n, seed), i.e. a `Request`.
+    conts = engine.expand([(path_ids, 4), (other_ids, 2, 1234)], max_new_tokens=32,
+                          stop=["\\n\\n"], seed=0)
     engine.release([c.handle for c in conts[0]])
 
     # forward only: logits [len(pos), V] (or final hidden states) at positions, per sequence
@@ -37,28 +41,36 @@ Public API
     engine.evict()   # drop every unlocked cache entry now (returns tokens freed)
     engine.reset_stats()
 
-finish is "eos", "stop" or "length". Sample j of request i under a seed depends only on
-(seed, i, j): not on batching, cache hits or preemption. When the pool runs out, unlocked
-cache entries are evicted (LRU), then the youngest running sequences are preempted and
-recomputed later; if locked handles fill the pool, the oldest handle is spilled (its path
-becomes evictable and is recomputed from its tokens when next extended; `spilled_handles`
-counts them). A call never fails for lack of memory unless one sequence alone exceeds the
-pool (a ValueError up front naming `kv_budget_tokens`).
+finish is "eos", "stop" or "length". Seeds: sample j of a request that carries its own
+seed depends only on (that seed, j); of one that does not, on (the call's seed, its index
+in the call's samples). Neither depends on batching, cache hits or preemption, and a
+call of one request with seed s samples what the request `(ids, n, s)` samples. When the
+pool runs out, unlocked cache entries are evicted (LRU), then the youngest running
+sequences are preempted and recomputed later; if locked handles fill the pool, the
+oldest handle is spilled (its path becomes evictable and is recomputed from its tokens
+when next extended; `spilled_handles` counts them). A call never fails for lack of memory
+unless one sequence alone exceeds the pool (a ValueError up front naming
+`kv_budget_tokens`).
 
 `ets.policy.engine.EnginePolicy` is the search controller's `Policy` on this engine.
 
-Layout (request path: engine -> scheduler -> runner -> attention -> scheduler):
-    pool.py       KV tensors             allocator.py  free slots        radix.py     prefix index
-    table.py      per-sequence slots     sequence.py   one request       sampling.py  sampling, stops
-    attention.py  paged attention fn     cascade.py    shared-prefix decode attention
-    runner.py     one forward            scheduler.py  memory + batching prefix.py    shared prefixes
-    engine.py     the public API         policy.py     the controller's Policy
+Layout (one step: engine -> scheduler.schedule -> runner -> attention -> sampling ->
+scheduler.postprocess; the scheduler only plans and never sees the model):
+    pool.py       KV tensors               allocator.py  free slots
+    radix.py      prefix index (MatchResult, InsertResult)
+    table.py      per-sequence slots       sequence.py   one request (Seq), a Chunk of it
+    scheduler.py  admission, memory, the step's Plan, postprocess (no model)
+    runner.py     one forward of a Plan's chunks
+    attention.py  paged attention fn       cascade.py    shared-prefix decode attention
+    sampling.py   sampling, stop rules (StopStrings, shared with ets/policy/steps.py)
+    prefix.py     shared prefixes of a call (and branch-point levels for a scorer)
+    engine.py     the public API and the step loop
 
 Tokens of a call that several sequences share are computed once (prefix.py); samples of one
 path decode with cascade attention, reading the path's KV once per step (cascade.py).
 """
 
-from ets.engine.engine import Continuation, Engine
+from ets.engine.engine import DEFAULT_KV_TOKENS, DEFAULT_MAX_BATCH_TOKENS, Continuation, Engine, Request
 from ets.engine.scheduler import EngineMemoryError
 
-__all__ = ["Continuation", "Engine", "EngineMemoryError"]
+__all__ = ["DEFAULT_KV_TOKENS", "DEFAULT_MAX_BATCH_TOKENS", "Continuation", "Engine", "EngineMemoryError", "Request"]

@@ -1,12 +1,15 @@
 """The engine's public face: generate, expand/release, score, stats, check.
 
-It wires the parts together (pool -> allocator -> radix tree -> scheduler -> runner) and
-turns calls into `Seq`s. Each call runs to completion before returning; the only state
-that survives a call is the KV cache (the radix tree) and the handles `expand` returned.
+It wires the parts together (pool -> allocator -> radix tree -> scheduler -> runner),
+turns calls into `Seq`s and runs the step loop (`_run`): the scheduler plans, the runner
+computes, sampling picks tokens, the scheduler books the results. Each call runs to
+completion before returning; the only state that survives a call is the KV cache (the
+radix tree) and the handles `expand` returned.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple, Sequence
 
 import torch
@@ -23,6 +26,9 @@ from ets.engine.table import SlotTable
 from ets.models.load import eos_token_ids
 
 
+DEFAULT_KV_TOKENS = 65536        # the pool (the whole KV budget) when none is given
+DEFAULT_MAX_BATCH_TOKENS = 8192  # new tokens per forward when none is given
+
 COUNTERS = ("cache_hit_tokens", "computed_tokens", "generated_tokens", "evicted_tokens", "preempted",
             "peak_kv_tokens", "peak_live_kv_tokens", "spilled_handles")
 
@@ -33,8 +39,28 @@ class Continuation(NamedTuple):
     finish: str              # "eos", "stop" or "length"
 
 
+class Request(NamedTuple):
+    """What `Engine.expand` takes: `n` continuations of `token_ids`. With a `seed` of its
+    own, sample j depends only on (seed, j); without, on the call's seed and its place in
+    the call. A plain `(token_ids, n)` pair is read as a Request without a seed."""
+    token_ids: Sequence[int]
+    n: int
+    seed: int | None = None
+
+
+def sample_seed(seed: int, k: int) -> int:
+    """The generator seed of sample k under `seed` (k: the sample's index in its request
+    when the request has its own seed, else in the whole call)."""
+    return (seed * 1_000_003 + k) % 2**63
+
+
 class Engine:
-    def __init__(self, model, tokenizer=None, kv_budget_tokens: int = 65536, max_batch_tokens: int = 8192):
+    def __init__(self, model, tokenizer=None, kv_budget_tokens: int | None = None,
+                 max_batch_tokens: int | None = None):
+        """kv_budget_tokens: the pool, in tokens (None: DEFAULT_KV_TOKENS); max_batch_tokens:
+        new tokens per forward, longer prefills are chunked (None: DEFAULT_MAX_BATCH_TOKENS)."""
+        kv_budget_tokens = DEFAULT_KV_TOKENS if kv_budget_tokens is None else kv_budget_tokens
+        max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS if max_batch_tokens is None else max_batch_tokens
         if max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.model = model.eval()
@@ -60,8 +86,8 @@ class Engine:
         self.eos_ids = eos_token_ids(model, tokenizer)
 
     @classmethod
-    def from_pretrained(cls, path_or_model, kv_budget_tokens: int = 65536, device: str = "cpu",
-                        dtype: str | torch.dtype = "float32", tokenizer=None, max_batch_tokens: int = 8192,
+    def from_pretrained(cls, path_or_model, kv_budget_tokens: int | None = None, device: str = "cpu",
+                        dtype: str | torch.dtype = "float32", tokenizer=None, max_batch_tokens: int | None = None,
                         seed: int = 0) -> "Engine":
         """From a path, hub name or `tiny:<arch>` (loaded with its tokenizer), or from a
         built model (then `device`/`dtype` are its own; pass `tokenizer` for stop strings)."""
@@ -77,26 +103,30 @@ class Engine:
     # ------------------------------------------------------------- generation
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = 0, stop: Sequence[str | int] = (), seed: int | None = None,
-                 ignore_eos: bool = False) -> list[list[int]]:
-        """New tokens for each prompt (prompts may share prefixes; their KV stays cached)."""
+                 ignore_eos: bool = False, seeds: Sequence[int | None] | None = None) -> list[list[int]]:
+        """New tokens for each prompt (prompts may share prefixes; their KV stays cached).
+        `seeds`: one per prompt (None entries use `seed`), as a Request's own seed."""
         params = self._params(max_new_tokens, temperature, top_p, top_k, stop, ignore_eos)
-        requests = [(p, 1) for p in prompts]
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
+        requests = [_request((p, 1, None if seeds is None else seeds[i])) for i, p in enumerate(prompts)]
         seqs = self._seqs(requests, params, seed, lock=False)
         self._prefill_shared([(tuple(p), len(p) - 1, 1) for p in prompts])
         self._run(seqs)
         return [s.new_tokens for s in seqs]
 
-    def expand(self, requests: list[tuple[list[int], int]], max_new_tokens: int = 64, temperature: float = 1.0,
+    def expand(self, requests: Sequence[Request | tuple], max_new_tokens: int = 64, temperature: float = 1.0,
                top_p: float = 1.0, top_k: int = 0, stop: Sequence[str | int] = (), seed: int | None = None,
                ignore_eos: bool = False) -> list[list[Continuation]]:
-        """`n` continuations of each `(token_ids, n)`; each keeps its path (`token_ids` +
-        new tokens, except the last new token, whose KV is not computed yet) locked in the
-        cache until its handle is released."""
+        """`n` continuations of each `(token_ids, n)` or `(token_ids, n, seed)` (a `Request`);
+        each keeps its path (`token_ids` + new tokens, except the last new token, whose KV
+        is not computed yet) locked in the cache until its handle is released."""
         params = self._params(max_new_tokens, temperature, top_p, top_k, stop, ignore_eos)
+        requests = [_request(r) for r in requests]
         seqs = self._seqs(requests, params, seed, lock=True)
         self._inflight = seqs
         try:
-            self._prefill_shared([(tuple(t), len(t) - 1, n) for t, n in requests])
+            self._prefill_shared([(tuple(r.token_ids), len(r.token_ids) - 1, r.n) for r in requests])
             self._run(seqs)
         except BaseException:  # no handles go out: unlock what finished before the error
             for seq in seqs:
@@ -106,9 +136,9 @@ class Engine:
         finally:
             self._inflight = []
         out, it = [], iter(seqs)
-        for _, n in requests:
+        for req in requests:
             conts = []
-            for seq in (next(it) for _ in range(n)):
+            for seq in (next(it) for _ in range(req.n)):
                 handle, self._next_handle = self._next_handle, self._next_handle + 1
                 if seq.result_node is None:     # its lock was spilled during this call
                     self.spilled.add(handle)
@@ -185,8 +215,8 @@ class Engine:
             ignore_eos,
         )
 
-    def _seqs(self, requests, params: SamplingParams, seed: int | None, lock: bool) -> list[Seq]:
-        if seed is None:  # still reproducible under torch.manual_seed
+    def _seqs(self, requests: list[Request], params: SamplingParams, seed: int | None, lock: bool) -> list[Seq]:
+        if seed is None and any(r.seed is None for r in requests):  # reproducible under torch.manual_seed
             seed = int(torch.randint(0, 2**31 - 1, ()).item())
         flags = None
         if params.stop_strings and self.tokenizer is not None:
@@ -195,12 +225,16 @@ class Engine:
             flags = self._flags[params.stop_strings]
         stopper = StopChecker(params, self.eos_ids, self.tokenizer, flags)
         seqs = []
-        for token_ids, n in requests:
+        for token_ids, n, own_seed in requests:
             if not token_ids:
                 raise ValueError("cannot continue an empty token list: start prompts with at least one token (e.g. BOS)")
             self._check_length(len(token_ids) + params.max_new_tokens)
-            for _ in range(n):
-                gen = None if params.greedy else make_generator((seed * 1_000_003 + len(seqs)) % 2**63, self.device)
+            for j in range(n):
+                if params.greedy:
+                    gen = None
+                else:  # sample j of this request: by its own seed, else by its place in the call
+                    k = sample_seed(seed, len(seqs)) if own_seed is None else sample_seed(own_seed, j)
+                    gen = make_generator(k, self.device)
                 seqs.append(Seq(list(token_ids), len(token_ids), params, stopper, gen, lock_result=lock))
         return seqs
 
@@ -274,3 +308,19 @@ class Engine:
         counts = torch.bincount(every, minlength=n)
         assert counts.numel() == n and bool((counts == 1).all()), "a slot is held twice or lost"
         self.tree.check(locks=[*self.handles.values(), *self.scheduler.lock_targets()])
+
+
+def _request(r) -> Request:
+    """A Request from a `Request`, `(token_ids, n)` or `(token_ids, n, seed)`."""
+    if isinstance(r, Request):
+        return r
+    if not isinstance(r, (tuple, list)) or len(r) not in (2, 3):
+        raise ValueError(f"a request is (token_ids, n) or (token_ids, n, seed), got {r!r}")
+    token_ids, n, *seed = r
+    own = seed[0] if seed else None
+    if own is not None:
+        try:
+            own = operator.index(own)
+        except TypeError:
+            raise TypeError(f"a request's seed must be an int or None, got {own!r}") from None
+    return Request(token_ids, n, own)

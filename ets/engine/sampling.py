@@ -1,8 +1,9 @@
 """Sampling parameters, next-token sampling, and stop conditions.
 
-Every sequence has its own seeded `torch.Generator`, so sample j of request i depends only
-on (seed, i, j) and the model: not on which other sequences shared its batch, nor on
-preemption or cache hits. Temperature 0 is greedy (argmax, no generator draw).
+Every sequence has its own seeded `torch.Generator` (the engine derives its seed from the
+request's own seed and j, or from the call's seed and the sample's index in the call), so
+a sample depends only on that seed and the model: not on which other sequences shared its
+batch, nor on preemption or cache hits. Temperature 0 is greedy (argmax, no generator draw).
 Filtering follows `transformers`' order: temperature, then top-k, then top-p.
 """
 

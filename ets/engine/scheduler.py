@@ -5,7 +5,7 @@ It only plans and books; the engine runs the model and samples (ets/engine/engin
     while scheduler.has_work:
         plan = scheduler.schedule()                      # 1-2 below -> Plan(chunks, owners, to_sample)
         outputs = runner.forward(plan.chunks)            # the model
-        tokens = sample_rows(...)                        # one token per plan.to_sample
+        tokens = sample_rows(...)                        # one per plan.to_sample (sampling.py)
         scheduler.postprocess(plan, outputs, tokens)     # 3 below
 
 1. admit waiting sequences: match their longest cached prefix and lock it; admission stops
@@ -14,11 +14,11 @@ It only plans and books; the engine runs the model and samples (ets/engine/engin
 2. schedule chunks, oldest sequence first, up to `max_batch_tokens` new tokens: a decode
    sequence gets 1 token, a prefilling one the rest of its uncomputed tokens (or what the
    budget leaves). Slots come from the allocator (and go into the sequence's slot-table
-   row, which the runner reads); when it runs short the radix tree
-   evicts unlocked LRU leaves; when nothing is evictable the youngest running sequence is
-   preempted: its computed KV is handed to the tree (unlocked, so it may survive and be
-   reused on re-admission) and it goes back to the front of the queue; when nothing runs
-   and locks fill the pool, `relieve` (the engine spills handles) or EngineMemoryError;
+   row, which the runner reads); when it runs short the radix tree evicts unlocked LRU
+   leaves; when nothing is evictable the youngest running sequence is preempted: its
+   computed KV is handed to the tree (unlocked, so it may survive and be reused on
+   re-admission) and it goes back to the front of the queue; when nothing can run and
+   locks fill the pool, `relieve` (the engine spills handles), else EngineMemoryError;
 3. postprocess: advance each sequence's computed length, keep scoring outputs, append the
    sampled tokens and check stops; finish sequences that are done: insert their path into
    the tree, free duplicate slots, lock the result if asked (expand), unlock the prefix.
