@@ -20,7 +20,7 @@ from ets.engine.prefix import shared_prefixes
 from ets.engine.radix import RadixNode, RadixTree
 from ets.engine.runner import ModelRunner
 from ets.engine.sampling import SamplingParams, StopChecker, make_generator, sample_rows, stop_flags
-from ets.engine.scheduler import Scheduler
+from ets.engine.scheduler import Plan, Scheduler
 from ets.engine.sequence import Seq
 from ets.engine.table import SlotTable
 from ets.models.load import eos_token_ids
@@ -71,8 +71,7 @@ class Engine:
         self.allocator = SlotAllocator(kv_budget_tokens, self.device)
         self.tree = RadixTree(self.device)
         self.table = SlotTable(self.device)
-        self.counters = dict.fromkeys(
-            COUNTERS, 0)
+        self.counters = dict.fromkeys(COUNTERS, 0)
         self.runner = ModelRunner(model, self.pool, self.table)
         self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
         self.handles: dict[int, RadixNode] = {}
@@ -171,13 +170,18 @@ class Engine:
                 if not plan.chunks:
                     continue
                 outputs = self.runner.forward(plan.chunks, hidden=hidden)
-                sampled = [plan.owners[i] for i in plan.to_sample]
-                tokens = sample_rows([outputs[i][-1] for i in plan.to_sample], [s.params for s in sampled],
-                                     [s.generator for s in sampled])
+                tokens = self._sample(plan, outputs)
                 scheduler.postprocess(plan, outputs, tokens)
         except BaseException:
             scheduler.abort()
             raise
+
+    @staticmethod
+    def _sample(plan: Plan, outputs: list[torch.Tensor]) -> list[int]:
+        """The next token of each chunk in `plan.to_sample`, from its last output (logits)."""
+        seqs = [plan.owners[i] for i in plan.to_sample]
+        return sample_rows([outputs[i][-1] for i in plan.to_sample], [s.params for s in seqs],
+                           [s.generator for s in seqs])
 
     def _spill_oldest(self) -> bool:
         """Out of memory with every slot locked: unlock the oldest live handle, so its path
@@ -202,7 +206,7 @@ class Engine:
     def _prefill_shared(self, items: list[tuple[tuple[int, ...], int, int]]) -> None:
         """Compute, once each, the uncached prefixes that several of a call's sequences
         share (see ets/engine/prefix.py); items are (tokens, cacheable length, count)."""
-        prefixes = [p for p in shared_prefixes(items) if self.tree.match(list(p))[1].numel() < len(p)]
+        prefixes = [p for p in shared_prefixes(items) if self.tree.match(list(p)).slots.numel() < len(p)]
         if prefixes:
             self._prefill_shared([(p, len(p), 1) for p in prefixes])  # what they share, first
             self._run([Seq(list(p), len(p)) for p in prefixes])
