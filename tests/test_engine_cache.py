@@ -179,3 +179,27 @@ def test_shared_prefixes_and_their_levels():
     assert prefix_levels(seqs, min_tokens=8) == [[q], [q + h]]
     assert prefix_levels(seqs, min_tokens=9) == [[q + h]]
     assert prefix_levels([[1, 2], [3, 4]], min_tokens=1) == []
+
+
+def test_an_interrupted_step_gives_back_its_slots(model_tok):
+    """An error inside a forward (here a KeyboardInterrupt) leaves the cache consistent:
+    the slots planned for that step go back to the pool, and the engine carries on."""
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=256)
+    prompt = random_tokens(12, seed=8)
+    want = Engine(model, tok, kv_budget_tokens=256).generate([prompt], max_new_tokens=6, temperature=0)
+    forward, calls = engine.runner.forward, []
+
+    def interrupted(chunks, hidden=False):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return forward(chunks, hidden)
+
+    engine.runner.forward = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate([prompt], max_new_tokens=6, temperature=0)
+    engine.check()
+    assert engine.stats()["locked_kv_tokens"] == 0
+    assert engine.generate([prompt], max_new_tokens=6, temperature=0) == want
+    engine.check()

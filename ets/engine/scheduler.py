@@ -68,6 +68,9 @@ class Scheduler:
         # Called when the pool is full of locked paths and nothing can run: frees some locks
         # (the engine spills its oldest handles) and says whether it did.
         self.relieve: Callable[[], bool] | None = None
+        # The plan whose slots are allocated but not yet booked (between schedule and
+        # postprocess): what `abort` must give back beyond each sequence's computed KV.
+        self._unbooked: Plan | None = None
 
     def add(self, seqs: Sequence[Seq]) -> None:
         """Queue `seqs` (they run after those already waiting)."""
@@ -98,9 +101,11 @@ class Scheduler:
         """Book a step's results: `outputs[i]` are chunk i's outputs at its `keep` offsets,
         `tokens[k]` the token sampled for chunk `plan.to_sample[k]`."""
         assert len(outputs) == len(plan.chunks) and len(tokens) == len(plan.to_sample)
-        for seq, chunk, out in zip(plan.owners, plan.chunks, outputs):
+        for seq, chunk in zip(plan.owners, plan.chunks):
             seq.kv_len += len(chunk.token_ids)
             self.counters["computed_tokens"] += len(chunk.token_ids)
+        self._unbooked = None
+        for seq, out in zip(plan.owners, outputs):
             if seq.scoring:
                 seq.outputs.append(out)
                 if seq.kv_len == len(seq.tokens):
@@ -137,7 +142,7 @@ class Scheduler:
     # ------------------------------------------------------------ scheduling
     def _schedule(self) -> Plan:
         budget = self.max_batch_tokens
-        plan = Plan([], [], [])
+        plan = self._unbooked = Plan([], [], [])
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
@@ -213,7 +218,12 @@ class Scheduler:
         return node
 
     def abort(self) -> None:
-        """After an error: give back every slot, lock and row held by unfinished sequences."""
+        """After an error: give back every slot, lock and row held by unfinished sequences
+        (the slots of a step planned but not booked too)."""
+        if self._unbooked is not None:
+            for chunk in self._unbooked.chunks:
+                self.allocator.free(chunk.slots)
+            self._unbooked = None
         for seq in list(self.running):
             self.allocator.free(self.table.rows[seq.row, seq.prefix_len: seq.kv_len].clone())
             self.tree.unlock(seq.prefix_node)
