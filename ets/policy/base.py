@@ -14,7 +14,11 @@ Contract:
   that KV cached while it is held). The controller passes every handle back to
   `release` exactly once: a pruned or completed child's right after selection, an expanded
   node's right after its children (which lock the same path) are made. `None` handles
-  (policies that cache nothing) are ignored.
+  (policies that cache nothing) are ignored;
+- `memory()` reports the backend's own KV memory: the most it can keep (`capacity_tokens`,
+  read by admission, ets/loop/admission.py; None when it keeps nothing between calls) and
+  what the live search holds now. The backend owns that number; nobody re-derives it from
+  the config that built the backend.
 """
 
 from __future__ import annotations
@@ -28,6 +32,20 @@ class ExpandRequest(NamedTuple):
     n: int                   # number of children to sample
 
 
+class Prompt(NamedTuple):
+    text: str                # the templated question: the root node's text
+    token_ids: list[int]     # its tokens: the root of every path
+
+
+class KVMemory(NamedTuple):
+    """A policy backend's KV memory, in tokens."""
+
+    capacity_tokens: int | None    # the most KV it keeps at once (its pool); None: nothing is kept
+    live_tokens: int               # KV locked now by the handles it gave out (live search nodes)
+    peak_live_tokens: int | None   # the most that had to be resident at once; None: not measured
+    mean_live_tokens: float | None  # live KV right after each `expand`, averaged; None: not measured
+
+
 class Step(NamedTuple):
     text: str                # decoded new tokens (delimiter included)
     token_ids: list[int]     # the new tokens
@@ -39,7 +57,7 @@ class Step(NamedTuple):
 class Policy(Protocol):
     tokenizer: Any
 
-    def format_prompt(self, question: str) -> tuple[str, list[int]]:
+    def format_prompt(self, question: str) -> Prompt:
         """The prompt text for `question` and its token ids (the root of the tree)."""
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
@@ -48,5 +66,8 @@ class Policy(Protocol):
     def release(self, handles: list[Hashable | None]) -> None:
         """These steps' paths will not be extended again (their KV may be evicted)."""
 
+    def memory(self) -> KVMemory:
+        """Its KV capacity and live usage (see the contract above)."""
+
     def stats(self) -> dict[str, Any]:
-        """Counters of this policy (tokens generated, KV accounting where measured)."""
+        """Counters of this policy (tokens generated, the backend's own accounting)."""

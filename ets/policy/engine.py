@@ -6,6 +6,10 @@ Prompt formatting and step cutting are shared with the `transformers` baseline
 Each step carries the engine handle that locks its path (prompt + steps, cached in the
 radix tree); the controller releases every handle exactly once (ets/policy/base.py), so the
 locked KV is exactly the paths of the live search nodes.
+
+Memory: the engine's pool is the policy's KV capacity (`memory().capacity_tokens`), and
+its locks are the live KV. `policy.kv_budget_tokens` sizes the pool; None (the default)
+is the engine's own default, `ets.engine.DEFAULT_KV_TOKENS`.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any, Hashable
 
 from ets.config import PolicyConfig, SearchConfig
 from ets.engine.engine import Engine
-from ets.policy.base import ExpandRequest, Step
+from ets.policy.base import ExpandRequest, KVMemory, Prompt, Step
 from ets.policy.steps import StepCutter, format_prompt
 
 
@@ -35,14 +39,15 @@ class EnginePolicy:
 
     @classmethod
     def from_config(cls, policy: PolicyConfig, search: SearchConfig) -> "EnginePolicy":
+        # None: the engine's own default pool (ets.engine.DEFAULT_KV_TOKENS), written there once.
         engine = Engine.from_pretrained(
             policy.model, kv_budget_tokens=policy.kv_budget_tokens, device=policy.device,
             dtype=policy.dtype, max_batch_tokens=policy.max_batch_tokens, seed=search.seed,
         )
         return cls(engine, policy, search)
 
-    def format_prompt(self, question: str) -> tuple[str, list[int]]:
-        return format_prompt(self.tokenizer, self.config.prompt_template, question)
+    def format_prompt(self, question: str) -> Prompt:
+        return Prompt(*format_prompt(self.tokenizer, self.config.prompt_template, question))
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
         s = self.search
@@ -74,8 +79,18 @@ class EnginePolicy:
         """Drop every lock this policy still holds (e.g. when a caller stops early)."""
         self.release(list(self._held))
 
+    def memory(self) -> KVMemory:
+        """The engine's pool (capacity) and the paths its handles lock (live)."""
+        s = self.engine.stats()
+        calls = self._stats["expand_calls"]
+        return KVMemory(
+            capacity_tokens=s["pool_kv_tokens"],
+            live_tokens=s["locked_kv_tokens"],
+            peak_live_tokens=s["peak_live_kv_tokens"],
+            mean_live_tokens=self._live_sum / calls if calls else 0.0,
+        )
+
     def stats(self) -> dict[str, Any]:
         """The engine's counters, plus `mean_kv_tokens`: the locked (live) KV tokens after
         each round, averaged over rounds."""
-        calls = self._stats["expand_calls"]
-        return {**self.engine.stats(), **self._stats, "mean_kv_tokens": self._live_sum / calls if calls else 0.0}
+        return {**self.engine.stats(), **self._stats, "mean_kv_tokens": self.memory().mean_live_tokens}

@@ -15,7 +15,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ets.config import PolicyConfig, SearchConfig
 from ets.models.load import load_causal_lm
-from ets.policy.base import ExpandRequest, Step
+from ets.policy.base import ExpandRequest, KVMemory, Prompt, Step
 from ets.policy.steps import StepCutter, format_prompt
 
 
@@ -50,8 +50,8 @@ class HFPolicy:
         model, tokenizer = load_causal_lm(policy.model, policy.device, policy.dtype, seed=search.seed)
         return cls(model, tokenizer, policy, search)
 
-    def format_prompt(self, question: str) -> tuple[str, list[int]]:
-        return format_prompt(self.tokenizer, self.config.prompt_template, question)
+    def format_prompt(self, question: str) -> Prompt:
+        return Prompt(*format_prompt(self.tokenizer, self.config.prompt_template, question))
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
         rows = [(i, req.token_ids) for i, req in enumerate(requests) for _ in range(req.n)]
@@ -70,6 +70,12 @@ class HFPolicy:
 
     def release(self, handles: list[Hashable | None]) -> None:
         """Nothing is cached between calls (every handle is None): nothing to release."""
+
+    def memory(self) -> KVMemory:
+        """Nothing is kept between calls: no capacity for admission to respect, nothing
+        live. (The KV of one `generate` batch exists only during the call; `stats()`
+        estimates its peak as `peak_kv_tokens`.)"""
+        return KVMemory(capacity_tokens=None, live_tokens=0, peak_live_tokens=None, mean_live_tokens=None)
 
     def stats(self) -> dict[str, Any]:
         return dict(self._stats)
