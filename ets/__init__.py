@@ -15,7 +15,9 @@ __version__ = "0.1.0"
 def search(problems, *, policy, reward, config: SearchConfig | None = None, concurrency: int = 8, on_result=None, progress=None):
     """Search every problem (an `ets.data.Problem`, a question string, or a dict with
     `question` and optionally `answer`); one result record per problem, in order.
-    See `ets.loop.controller.search`."""
+    See `ets.loop.controller.search`; `ets.loop.SearchLoop(...).run()` also returns the
+    run's statistics (`RunStats`). Problems in flight are limited by `concurrency` and by
+    the policy's own KV capacity (`policy.memory()`)."""
     from ets.loop.controller import search as _search
     from ets.data import as_problem
 

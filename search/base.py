@@ -3,14 +3,16 @@
 A strategy is a pure function of the frontier: it never sees a model. After each
 expansion the controller hands it a `Frontier` and receives an allocation
 `{node id: number of children}` over the candidates (a missing id means 0 children,
-i.e. the candidate is pruned).
+i.e. the candidate is pruned). What a strategy counts (e.g. ETS solver fallbacks) it
+writes into `frontier.metrics`, the problem's own counter, which lands in its result
+record as `strategy_metrics`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ets.config import METHOD_ALIASES, SearchConfig
@@ -26,7 +28,9 @@ class Frontier:
     `candidates` are the non-terminal children made by the last expansion, in creation
     order (all at depth `depth`; the first selection happens at depth 1, after the root
     was expanded). `completed` holds every trajectory finished so far, in order.
-    `remaining` is the width still to spend: W minus the number of completed.
+    `remaining` is the width still to spend: W minus the number of completed. `metrics`
+    is the problem's counter for the strategy's events and costs (the same Counter every
+    round of one problem; a fresh one when a caller gives none).
     """
 
     tree: SearchTree
@@ -35,27 +39,29 @@ class Frontier:
     remaining: int
     width: int
     depth: int
+    metrics: Counter[str] = field(default_factory=Counter, compare=False, repr=False)
 
     def scores(self) -> list[float]:
         return [float(c.score) for c in self.candidates]
 
 
 class Strategy(ABC):
-    """Subclasses implement `select`. `metrics` counts events a run should report
-    (e.g. ETS solver fallbacks); the controller reads it after each call."""
+    """Subclasses implement `select`. Events a run should report (e.g. ETS solver
+    fallbacks) go into each problem's `frontier.metrics`, never into the strategy: one
+    strategy serves many interleaved problems."""
 
     name: str = ""
 
     def __init__(self, config: SearchConfig):
         self.config = config
-        self.metrics: Counter[str] = Counter()
 
     def warm_up(self) -> None:
         """Load what the strategy needs (ETS: its embedding model) before a timed run."""
 
     def prepare(self, frontiers: list[Frontier]) -> None:
         """Called once per round with every frontier about to `select`, so batch work
-        (ETS: embedding all new step texts) runs once, not once per problem."""
+        (ETS: embedding all new step texts) runs once, not once per problem. Its cost is
+        the strategy's to split over the frontiers' `metrics` (ETS: equally)."""
 
     @abstractmethod
     def select(self, frontier: Frontier) -> Allocation:

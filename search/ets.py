@@ -15,14 +15,16 @@ LP relaxation and rounds. When the solver fails or hits its time limit the REBAS
 allocation is kept (with a budget: its best leaves that fit), counted in
 `metrics["lp_fallback"]` and logged.
 
-metrics: lp_solves, lp_seconds (build + solve), cluster_seconds, lp_fallback,
-lp_budget_infeasible, lp_kept, lp_pruned.
+metrics (per problem, in `frontier.metrics`): lp_solves, lp_seconds (build + solve),
+cluster_seconds (the round's batch embedding shared equally by its frontiers, plus this
+problem's clustering), lp_fallback, lp_budget_infeasible, lp_kept, lp_pruned.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 
 import numpy as np
 
@@ -81,7 +83,9 @@ class ETS(Strategy):
         if texts:
             t0 = time.perf_counter()
             self.clusterer.embed(texts)
-            self.metrics["cluster_seconds"] += time.perf_counter() - t0
+            share = (time.perf_counter() - t0) / len(frontiers)
+            for f in frontiers:
+                f.metrics["cluster_seconds"] += share
 
     def select(self, frontier: Frontier) -> Allocation:
         cfg = self.config
@@ -89,12 +93,12 @@ class ETS(Strategy):
         scores = frontier.scores()
         counts = allocate(scores, remaining, cfg.softmax_temperature)
         if len(cands) > 1 and remaining > 0:
-            kept = self._prune(cands, counts)
+            kept = self._prune(cands, counts, frontier.metrics)
             pruned = [s if k else -np.inf for s, k in zip(scores, kept)]
             counts = allocate(pruned, remaining, cfg.softmax_temperature)
         return {c.id: k for c, k in zip(cands, counts) if k > 0}
 
-    def _prune(self, cands: list[Node], counts: list[int]) -> np.ndarray:
+    def _prune(self, cands: list[Node], counts: list[int], metrics: Counter[str]) -> np.ndarray:
         cfg = self.config
         weights = np.asarray(counts, dtype=np.float64) / sum(counts)
         parents, leaves, nodes = frontier_arrays(cands)
@@ -108,20 +112,20 @@ class ETS(Strategy):
         if cfg.lambda_s > 0 and len(set(texts)) > 1:
             t0 = time.perf_counter()
             clusters = self.clusterer.cluster(texts)
-            self.metrics["cluster_seconds"] += time.perf_counter() - t0
+            metrics["cluster_seconds"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         kept, _, status = solve_selection(
             parents, leaves, weights, costs, clusters, cfg.lambda_c, cfg.lambda_s,
             budget=cfg.kv_budget, token_counts=tokens, relax=cfg.lp_relax, time_limit=cfg.lp_time_limit,
         )
-        self.metrics["lp_seconds"] += time.perf_counter() - t0
-        self.metrics["lp_solves"] += 1
+        metrics["lp_seconds"] += time.perf_counter() - t0
+        metrics["lp_solves"] += 1
         if status in FALLBACK_STATUSES:
-            self.metrics["lp_fallback"] += 1
+            metrics["lp_fallback"] += 1
             log.warning("ETS solver %s on %d candidates: keeping the REBASE allocation", status, len(cands))
         elif status == "budget_infeasible":
-            self.metrics["lp_budget_infeasible"] += 1
+            metrics["lp_budget_infeasible"] += 1
             log.warning("kv_budget=%s is below every candidate's path: keeping the cheapest one", cfg.kv_budget)
-        self.metrics["lp_kept"] += int(kept.sum())
-        self.metrics["lp_pruned"] += int((~kept).sum())
+        metrics["lp_kept"] += int(kept.sum())
+        metrics["lp_pruned"] += int((~kept).sum())
         return kept

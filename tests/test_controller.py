@@ -5,7 +5,7 @@ import zlib
 import pytest
 
 from ets.config import PolicyConfig, SearchConfig
-from ets.loop.controller import search
+from ets.loop.controller import SearchLoop, search
 from ets.data import Problem
 from ets.policy.hf import HFPolicy
 from ets.tree import kv_size
@@ -95,7 +95,7 @@ def test_terminal_steps_complete_early(policy):
     completes its trajectory, and its answer is extracted and graded."""
     from ets.policy.base import Step
 
-    class Scripted:
+    class Scripted:  # written to the older protocol: a bare tuple prompt, no memory()
         tokenizer = policy.tokenizer
 
         def __init__(self):
@@ -122,22 +122,46 @@ def test_terminal_steps_complete_early(policy):
     assert all(t["finish"] == "answer" for t in record["trajectories"])
 
 
-def test_kv_budget_limits_problems_in_flight(policy):
+class Capped:
+    """`policy` reporting a KV capacity of `capacity` tokens (the plain-transformers
+    backend reports none): admission must read it from `memory()`."""
+
+    def __init__(self, policy, capacity: int):
+        self.policy, self.capacity = policy, capacity
+        self.tokenizer = policy.tokenizer
+
+    def memory(self):
+        return self.policy.memory()._replace(capacity_tokens=self.capacity)
+
+    def __getattr__(self, name):
+        return getattr(self.policy, name)
+
+
+def test_hf_policy_keeps_no_kv_between_calls(policy):
+    from ets.policy.base import KVMemory, Policy, Prompt
+
+    assert isinstance(policy, Policy)
+    assert policy.memory() == KVMemory(capacity_tokens=None, live_tokens=0, peak_live_tokens=None, mean_live_tokens=None)
+    prompt = policy.format_prompt("What is 1 + 1?")
+    assert isinstance(prompt, Prompt) and prompt.text == "What is 1 + 1?\n" and prompt.token_ids
+
+
+def test_the_policys_capacity_limits_problems_in_flight(policy):
     cfg = SearchConfig(method="rebase", width=4, max_step_tokens=4, max_depth=2, max_tokens=100)
-    unlimited, tight = {}, {}
-    a = search(PROBLEMS, policy, text_score, cfg, concurrency=3, run_stats=unlimited)
-    b = search(PROBLEMS, policy, text_score, cfg, concurrency=3, kv_budget=1, run_stats=tight)
-    assert unlimited["peak_active"] == 3
-    # A budget below one search still runs every problem, one at a time.
-    assert tight["peak_active"] == 1 and tight["rounds"] == 3 * unlimited["rounds"]
+    a, unlimited = SearchLoop(PROBLEMS, policy, text_score, cfg, concurrency=3).run()
+    b, tight = SearchLoop(PROBLEMS, Capped(policy, 1), text_score, cfg, concurrency=3).run()
+    assert unlimited.peak_active == 3 and unlimited.mean_active > 1
+    # A capacity below one search still runs every problem, one at a time.
+    assert tight.peak_active == 1 and tight.rounds == 3 * unlimited.rounds and tight.mean_active == 1
     assert [r["id"] for r in a] == [r["id"] for r in b] == ["0", "1", "2"]
+    assert tight.mean_search_peak_kv > 0
 
 
 def test_admission_reserves_peaks_by_hand():
     from ets.loop.admission import KVAdmission
     from tests.helpers import tree_with_children
 
-    adm = KVAdmission(budget_tokens=100, width=4, max_step_tokens=8, max_tokens=8)
+    adm = KVAdmission(capacity_tokens=100, width=4, max_step_tokens=8, max_tokens=8)
     assert adm.mean_step_tokens == 4                      # prior: half of max_step_tokens
     tree = tree_with_children([0.5, 0.5], prompt_tokens=10, step_tokens=3)
     adm.observe(tree.root.children)
@@ -164,8 +188,7 @@ def test_a_young_search_is_reserved_its_peak_not_its_first_round(policy):
     cfg = SearchConfig(method="rebase", width=4, max_step_tokens=4, max_depth=3, max_tokens=100)
     prompt = len(policy.format_prompt(PROBLEMS[0].question)[1])
     first_round = prompt + 4 * 2                          # the prior mean step: 2 tokens
-    budget = int(1.5 * (prompt + 4 * 100))                # 1.5 worst-case peaks
-    assert 2 * first_round <= budget                      # the old rule admitted both at once
-    stats = {}
-    records = search(PROBLEMS[:2], policy, text_score, cfg, concurrency=2, kv_budget=budget, run_stats=stats)
-    assert stats["peak_active"] == 1 and len(records) == 2
+    capacity = int(1.5 * (prompt + 4 * 100))              # 1.5 worst-case peaks
+    assert 2 * first_round <= capacity                    # the old rule admitted both at once
+    records, stats = SearchLoop(PROBLEMS[:2], Capped(policy, capacity), text_score, cfg, concurrency=2).run()
+    assert stats.peak_active == 1 and len(records) == 2

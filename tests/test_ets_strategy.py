@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 
@@ -21,10 +24,16 @@ STEPS = [
 ]
 
 
-def simulate(strategy, width: int, rounds: int, seed: int, check=None) -> SearchTree:
+class Simulated(NamedTuple):
+    tree: SearchTree
+    metrics: Counter     # what the strategy wrote into the problem's frontiers
+
+
+def simulate(strategy, width: int, rounds: int, seed: int, check=None) -> Simulated:
     """A search loop with random scores, texts and 20-60 token steps; `check(frontier, alloc)`
     sees every selection."""
     rng = np.random.default_rng(seed)
+    metrics: Counter = Counter()
     tree = SearchTree("Q: what is 3 + 4?", list(range(30)))
     alloc, remaining = {0: width}, width
     for depth in range(rounds):
@@ -41,14 +50,15 @@ def simulate(strategy, width: int, rounds: int, seed: int, check=None) -> Search
                     candidates.append(child)
         if remaining <= 0 or not candidates:
             break
-        frontier = Frontier(tree, candidates, [], remaining, width, depth + 1)
+        frontier = Frontier(tree, candidates, [], remaining, width, depth + 1, metrics)
+        strategy.prepare([frontier])
         alloc = strategy.select(frontier)
         assert sum(alloc.values()) == remaining
         assert set(alloc) <= {c.id for c in candidates}
         if check:
             check(frontier, alloc)
     tree.check()
-    return tree
+    return Simulated(tree, metrics)
 
 
 def rebase_of(frontier: Frontier, temperature: float) -> dict[int, int]:
@@ -65,7 +75,7 @@ def test_alias_builds_ets():
 
 
 def test_frontier_arrays_are_the_candidates_and_their_ancestors():
-    tree = simulate(build(SearchConfig(method="rebase", width=8)), 8, 3, seed=0)
+    tree = simulate(build(SearchConfig(method="rebase", width=8)), 8, 3, seed=0).tree
     leaves = [n for n in tree.nodes if n.depth == 3 and not n.terminal] or [tree.nodes[-1]]
     parents, local_leaves, nodes = frontier_arrays(leaves)
     assert local_leaves == list(range(len(leaves))) and nodes[: len(leaves)] == leaves
@@ -80,8 +90,8 @@ def test_frontier_arrays_are_the_candidates_and_their_ancestors():
 def test_no_cost_no_coverage_is_rebase(cost):
     cfg = SearchConfig(method="ets", width=16, lambda_c=0.0, lambda_s=0.0, cost=cost)
     ets = build(cfg)
-    simulate(ets, 16, 6, seed=1, check=lambda f, a: assert_equal(a, rebase_of(f, cfg.softmax_temperature)))
-    assert ets.metrics["lp_solves"] > 0 and ets.metrics["lp_fallback"] == 0 and ets.metrics["lp_pruned"] == 0
+    metrics = simulate(ets, 16, 6, seed=1, check=lambda f, a: assert_equal(a, rebase_of(f, cfg.softmax_temperature))).metrics
+    assert metrics["lp_solves"] > 0 and metrics["lp_fallback"] == 0 and metrics["lp_pruned"] == 0
 
 
 def test_huge_cost_keeps_one_leaf():
@@ -96,23 +106,43 @@ def test_kv_budget_caps_the_kept_paths():
     def check(frontier, alloc):
         assert kv_size([frontier.tree.nodes[i] for i in alloc]) <= budget
 
-    simulate(ets, 32, 6, seed=3, check=check)
-    assert ets.metrics["lp_pruned"] > 0 and ets.metrics["lp_budget_infeasible"] == 0
+    metrics = simulate(ets, 32, 6, seed=3, check=check).metrics
+    assert metrics["lp_pruned"] > 0 and metrics["lp_budget_infeasible"] == 0
 
 
 def test_time_limit_fallback_is_counted_and_keeps_rebase():
     cfg = SearchConfig(method="ets", width=64, lambda_c=1.0, lambda_s=0.0, lp_time_limit=1e-9)
     ets = build(cfg)
-    simulate(ets, 64, 4, seed=4, check=lambda f, a: assert_equal(a, rebase_of(f, cfg.softmax_temperature)))
-    assert ets.metrics["lp_fallback"] == ets.metrics["lp_solves"] > 0
+    metrics = simulate(ets, 64, 4, seed=4, check=lambda f, a: assert_equal(a, rebase_of(f, cfg.softmax_temperature))).metrics
+    assert metrics["lp_fallback"] == metrics["lp_solves"] > 0
 
 
 def test_paper_settings_with_real_embedder_load_once():
     ets = build(SearchConfig(method="ets", width=16, lambda_c=1.0, lambda_s=1.5))
-    simulate(ets, 16, 6, seed=5)
+    first = simulate(ets, 16, 6, seed=5).metrics
     model = ets.clusterer._model
-    assert model is not None and ets.metrics["cluster_seconds"] > 0
-    simulate(ets, 16, 6, seed=6)
+    assert model is not None and first["cluster_seconds"] > 0
+    metrics = first + simulate(ets, 16, 6, seed=6).metrics
     assert ets.clusterer._model is model           # loaded once per strategy
     assert ets.clusterer.encoded <= len(STEPS)     # each distinct text embedded once
-    assert ets.metrics["lp_fallback"] == 0 and ets.metrics["lp_pruned"] > 0
+    assert metrics["lp_fallback"] == 0 and metrics["lp_pruned"] > 0
+
+
+def test_metrics_are_the_problems_own():
+    """Two problems interleaved on one strategy: each frontier's counter holds its own
+    solves, and the round's batch embedding is split equally between them."""
+    ets = build(SearchConfig(method="ets", width=8, lambda_c=1.0, lambda_s=1.0))
+    assert not hasattr(ets, "metrics")            # nothing run-wide to diff
+    frontiers = []
+    for seed in (7, 8):
+        rng = np.random.default_rng(seed)
+        tree = SearchTree("Q", list(range(10)))
+        kids = [tree.add_child(tree.root, STEPS[i], [1] * 20) for i in rng.permutation(len(STEPS))[:4]]
+        for k in kids:
+            k.score = float(rng.random())
+        frontiers.append(Frontier(tree, kids, [], 8, 8, 1, Counter()))
+    ets.prepare(frontiers)
+    shares = [f.metrics["cluster_seconds"] for f in frontiers]
+    assert shares[0] == shares[1] > 0
+    ets.select(frontiers[0])
+    assert frontiers[0].metrics["lp_solves"] == 1 and frontiers[1].metrics["lp_solves"] == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ets.config import RunConfig
-from ets.loop.controller import search
+from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
 from ets.app.jsonl import ResultsWriter, read_records
 from ets.policy.base import Policy
@@ -51,7 +51,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     with ResultsWriter(config.output) as writer:
         todo = [p for p in problems if p.id not in writer.done_ids]
         new_records: list[dict[str, Any]] = []
-        run_stats: dict[str, Any] = {}
+        run_stats: RunStats | None = None
         elapsed = 0.0
         if todo:
             # Models load before the clock starts: throughput measures the search alone.
@@ -65,14 +65,13 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
                 writer.write(record)
                 new_records.append(record)
 
-            # On the engine the pool is the budget: admit problems while their expected peak KV fits.
-            budget = config.policy.kv_budget_tokens if config.policy.backend == "engine" else None
-            start = time.perf_counter()
-            search(
+            # Admission reads the KV capacity from the policy itself (policy.memory()).
+            loop = SearchLoop(
                 todo, policy, reward, config.search, strategy=strategy,
                 concurrency=config.concurrency, on_result=on_result, progress=bar, save_trees=config.save_trees,
-                kv_budget=budget, run_stats=run_stats,
             )
+            start = time.perf_counter()
+            run_stats = loop.run().stats
             elapsed = time.perf_counter() - start
             if bar is not None:
                 bar.close()
@@ -81,7 +80,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     if not new_records and stored.exists():
         # Nothing new was searched: keep the throughput measured when the work was done.
         return json.loads(stored.read_text())
-    summary = {**summarize(records, new_records, elapsed, policy), **run_stats}
+    summary = {**summarize(records, new_records, elapsed, policy), **(run_stats._asdict() if run_stats else {})}
     stored.write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -1,6 +1,11 @@
-"""Admission of problems under a KV budget: many searches on one engine's pool.
+"""Admission of problems under the policy's KV capacity: many searches on one pool.
 
-The throughput of a search method at a fixed KV budget is decided here: a method that
+The capacity is the policy backend's own figure (`policy.memory().capacity_tokens`: the
+engine's pool; None for a backend that keeps nothing between calls, which admits up to
+the loop's concurrency). It is not ETS's `SearchConfig.kv_budget`, a cap on the tokens one
+search keeps.
+
+The throughput of a search method at a fixed KV capacity is decided here: a method that
 keeps a smaller tree leaves room for more problems in flight, so more work shares every
 batched forward. What a search locks in the pool during one round is
 
@@ -13,7 +18,7 @@ footprint today: the larger of its current footprint and the mean peak footprint
 searches of this run that have finished. Before any has finished, it is the worst case:
 the prompt plus W paths of max_tokens each (a best-of-N search does reach that). A new
 problem is admitted only while the reservations of the active searches plus its own fit
-the budget.
+the capacity.
 
 (Reserving only the current footprint let a wave of young searches in together: on the
 demo task at W=64 under a 16k-token budget, REBASE ran 10 searches peaking near 4.1k
@@ -21,7 +26,7 @@ tokens each, and the engine preempted 81k times. A prior of W steps instead of W
 let 64 best-of-N searches start in a 262k-token pool that holds about 27 of them.)
 
 The mean step length is measured as the run goes (it starts at half of max_step_tokens).
-At least one problem is always in flight, so a budget smaller than one search slows the
+At least one problem is always in flight, so a capacity smaller than one search slows the
 run (the engine evicts and recomputes) but never stops it.
 """
 
@@ -33,8 +38,8 @@ from ets.tree import Node, kv_size
 
 
 class KVAdmission:
-    def __init__(self, budget_tokens: int | None, width: int, max_step_tokens: int, max_tokens: int):
-        self.budget = budget_tokens
+    def __init__(self, capacity_tokens: int | None, width: int, max_step_tokens: int, max_tokens: int):
+        self.capacity_tokens = capacity_tokens
         self.width = width
         self.max_tokens = max_tokens
         self._steps = 0
@@ -74,6 +79,6 @@ class KVAdmission:
 
     def admits(self, reserved: float, prompt_tokens: int, n_active: int) -> bool:
         """Whether a new problem fits beside searches holding `reserved` tokens."""
-        if self.budget is None or n_active == 0:
+        if self.capacity_tokens is None or n_active == 0:
             return True
-        return reserved + self.reservation(0.0, prompt_tokens) <= self.budget
+        return reserved + self.reservation(0.0, prompt_tokens) <= self.capacity_tokens
