@@ -129,7 +129,7 @@ class PolicyConfig:
     dtype: str = "float32"
     prompt_template: str = "{question}\n"
     step_delimiter: str = "\n\n"      # a step ends here (kept in the step's tokens)
-    kv_budget_tokens: int = 65536     # engine: KV pool size in tokens
+    kv_budget_tokens: int | None = None  # engine: KV pool size in tokens (None: the engine's default)
     max_batch_tokens: int = 8192      # engine: tokens per forward
 
     def __post_init__(self) -> None:
@@ -140,7 +140,8 @@ class PolicyConfig:
                               "(the only placeholder; other braces are kept as written)")
         if not self.step_delimiter:
             raise ConfigError("policy.step_delimiter must be a non-empty string, e.g. '\\n\\n'")
-        _integer("policy.kv_budget_tokens", self.kv_budget_tokens, 1)
+        if self.kv_budget_tokens is not None:
+            _integer("policy.kv_budget_tokens", self.kv_budget_tokens, 1)
         _integer("policy.max_batch_tokens", self.max_batch_tokens, 1)
 
 

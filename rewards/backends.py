@@ -139,18 +139,26 @@ class EngineBackend:
        compute it in the same forward; the shared prefixes (the branch points of the
        call's token trie) are scored first, shortest first, so each is computed once.
     Both are exact: the rows are the engine's own, computed once.
+
+    `stats()` also reports the engine's memory: `pool_kv_tokens` (its pool) and
+    `peak_kv_tokens` (the most it held); `owns_engine` is False when the engine is the
+    policy's (share_policy_engine), whose figures then count the policy too.
     """
 
-    def __init__(self, engine, columns: Sequence[int], max_cached_rows: int = 1 << 16, min_shared_tokens: int = 8):
+    def __init__(self, engine, columns: Sequence[int], max_cached_rows: int = 1 << 16, min_shared_tokens: int = 8,
+                 owns_engine: bool = True):
         self.engine = engine
+        self.owns_engine = owns_engine
         self.columns = torch.tensor(list(columns), dtype=torch.long)
         self.max_cached_rows = max_cached_rows
         self.min_shared_tokens = min_shared_tokens
         self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()
         self._stats = {"computed_tokens": 0, "cache_hit_tokens": 0, "forward_calls": 0, "memo_rows": 0}
 
-    def stats(self) -> dict[str, int]:
-        return dict(self._stats)
+    def stats(self) -> dict[str, Any]:
+        s = self.engine.stats()
+        return {**self._stats, "pool_kv_tokens": int(s["pool_kv_tokens"]), "peak_kv_tokens": int(s["peak_kv_tokens"]),
+                "owns_engine": self.owns_engine}
 
     def logits_at(self, sequences, positions):
         keys = [dict(zip(p, _prefix_digests(s, p))) for s, p in zip(sequences, positions)]

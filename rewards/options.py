@@ -27,7 +27,6 @@ class RewardContext:
     dtype: str = "float32"
     engine: Any = None        # a policy engine that the reward may share (same model only)
     use_engine: bool = True   # False when the policy runs on the plain `transformers` path
-    kv_budget_tokens: int = 65536
 
 
 def parse_options(cls, options: Mapping[str, Any] | None, reward: str):

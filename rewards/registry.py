@@ -105,7 +105,6 @@ def _context(reward_config: RewardConfig, policy_config: PolicyConfig | None, en
         dtype=policy.dtype,
         engine=engine if shares_policy_model else None,
         use_engine=policy.backend == "engine",
-        kv_budget_tokens=policy.kv_budget_tokens,
     )
 
 

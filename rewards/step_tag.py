@@ -15,6 +15,12 @@ Both give the same scores (tests/test_rewards_step_tag.py checks 1e-5). The PRM 
 own engine (its own KV pool, so the policy's KV figures stay the policy's); with
 `share_policy_engine: true` and the policy's model it scores on the policy's engine
 instead, saving a copy of the weights.
+
+Memory: the PRM's own pool is sized by its own key, `reward.options.kv_budget_tokens`
+(None: the engine's default, `ets.engine.DEFAULT_KV_TOKENS`), never by the policy's
+`policy.kv_budget_tokens`: it is a second cache beside the policy's, and `stats()`
+reports its size and peak (`pool_kv_tokens`, `peak_kv_tokens`), which the run summary
+shows as `reward_stats`.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ class StepTagOptions:
     backend: str = "auto"             # auto | engine | forward
     padding_side: str | None = None   # forward backend: left | right (default: the tokenizer's)
     max_batch_tokens: int = 8192      # tokens per forward (forward: padded; engine: new tokens)
-    kv_budget_tokens: int | None = None  # own engine: KV pool size (default: the policy's)
+    kv_budget_tokens: int | None = None  # own engine: its KV pool in tokens (None: ets.engine.DEFAULT_KV_TOKENS)
     share_policy_engine: bool = False  # same model as the policy: score on the policy's engine
     device: str | None = None         # default: the policy's
     dtype: str | None = None          # default: the policy's
@@ -57,6 +63,8 @@ class StepTagOptions:
             choice("padding_side", self.padding_side, ("left", "right"))
         if self.max_batch_tokens < 1:
             raise ValueError(f"option 'max_batch_tokens' = {self.max_batch_tokens} must be >= 1")
+        if self.kv_budget_tokens is not None and self.kv_budget_tokens < 1:
+            raise ValueError(f"option 'kv_budget_tokens' = {self.kv_budget_tokens} must be >= 1 (or null: the engine's default)")
 
 
 class StepTagPRM(MarkerPRM):
@@ -101,12 +109,13 @@ class StepTagPRM(MarkerPRM):
 
         def make_backend(cols: list[int]) -> ScoringBackend:
             if _wants_engine(options, ctx) and options.share_policy_engine and ctx.engine is not None:
-                return EngineBackend(ctx.engine, cols)
+                return EngineBackend(ctx.engine, cols, owns_engine=False)
             model, _ = load_causal_lm(ctx.model, device=device, dtype=dtype)
             if _wants_engine(options, ctx):
                 from ets.engine import Engine
 
-                engine = Engine.from_pretrained(model, kv_budget_tokens=options.kv_budget_tokens or ctx.kv_budget_tokens,
+                # Its own pool, its own key (None: the engine's DEFAULT_KV_TOKENS), never the policy's.
+                engine = Engine.from_pretrained(model, kv_budget_tokens=options.kv_budget_tokens,
                                                 tokenizer=tokenizer, max_batch_tokens=options.max_batch_tokens)
                 return EngineBackend(engine, cols)
             return ForwardBackend.for_tokenizer(model, tokenizer, cols, options.padding_side, options.max_batch_tokens)

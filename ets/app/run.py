@@ -36,8 +36,8 @@ def build_reward_for(config: RunConfig, policy: Policy):
     from rewards import build_reward
 
     # The policy's engine is offered for PRMs that share its weights (step_tag with
-    # share_policy_engine); by default a PRM keeps its own KV pool, so the policy's KV
-    # figures count the policy alone.
+    # share_policy_engine); by default a PRM keeps its own KV pool (its own key,
+    # reward.options.kv_budget_tokens), so the policy's KV figures count the policy alone.
     return build_reward(config.reward, config.policy, engine=getattr(policy, "engine", None))
 
 
@@ -80,13 +80,17 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     if not new_records and stored.exists():
         # Nothing new was searched: keep the throughput measured when the work was done.
         return json.loads(stored.read_text())
-    summary = {**summarize(records, new_records, elapsed, policy), **(run_stats._asdict() if run_stats else {})}
+    summary = {**summarize(records, new_records, elapsed, policy, reward), **(run_stats._asdict() if run_stats else {})}
     stored.write_text(json.dumps(summary, indent=2))
     return summary
 
 
-def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], elapsed: float, policy) -> dict[str, Any]:
-    """Accuracy over every record in the file; throughput over the records made now."""
+def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], elapsed: float, policy,
+              reward=None) -> dict[str, Any]:
+    """Accuracy over every record in the file; throughput over the records made now. With
+    new records: the policy's counters (`policy_stats`) and KV memory (`policy_memory`, its
+    `ets.policy.base.KVMemory`), and the reward model's counters (`reward_stats`; for a PRM
+    on its own engine, that second cache's pool and peak)."""
     n = len(records)
     new_tokens = sum(r["generated_tokens"] for r in new_records)
     out = {
@@ -108,6 +112,9 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
         out["strategy_metrics"] = totals
     if policy is not None and new_records:
         out["policy_stats"] = policy.stats()
+        out["policy_memory"] = policy.memory()._asdict()
+    if reward is not None and new_records and hasattr(reward, "stats"):
+        out["reward_stats"] = reward.stats()
     return out
 
 
