@@ -41,6 +41,26 @@ def pair_config(base: RunConfig, method: str, width: int, out: Path) -> RunConfi
     )
 
 
+# Per-run details the summary holds as mappings; the table keeps their headline figures.
+_DETAILS = ("policy_stats", "policy_memory", "reward_stats")
+
+
+def pair_row(config: RunConfig, summary: dict[str, Any]) -> dict[str, Any]:
+    """One table row: the pair, its summary, and the policy's own KV memory figures
+    (`ets.policy.base.KVMemory`: None where the backend does not measure them)."""
+    memory = summary.get("policy_memory", {})
+    return {
+        "method": config.search.method,
+        "width": config.search.width,
+        "aggregation": config.search.aggregation,
+        "vote": config.search.vote,
+        "answer_rule": f"{config.search.vote} ({config.search.aggregation})",
+        **{k: v for k, v in summary.items() if k not in _DETAILS},
+        "peak_kv_tokens": memory.get("peak_live_tokens"),
+        "mean_kv_tokens": memory.get("mean_live_tokens"),
+    }
+
+
 def run_sweep(
     base: RunConfig,
     methods: Sequence[str],
@@ -60,22 +80,14 @@ def run_sweep(
     configs = [pair_config(base, m, w, out) for w in widths for m in methods]  # validate all first
     rows, reward, policy = [], None, None
     for config in configs:
-        # A fresh policy per pair keeps the engine's peak KV that pair's alone.
+        # A fresh policy and reward model per pair keep each pair's peak KV (the policy's
+        # pool and the PRM's own) that pair's alone, and a PRM that scores on the policy's
+        # engine (share_policy_engine) on this pair's engine, not the first pair's.
         if policy is None or fresh_policy_per_pair:
             policy = build_policy(config)
-        reward = reward or build_reward_for(config, policy)
+            reward = build_reward_for(config, policy)
         summary = run(config, show_progress=show_progress, policy=policy, reward=reward)
-        stats = summary.get("policy_stats", {})
-        rows.append({
-            "method": config.search.method,
-            "width": config.search.width,
-            "aggregation": config.search.aggregation,
-            "vote": config.search.vote,
-            "answer_rule": f"{config.search.vote} ({config.search.aggregation})",
-            **{k: v for k, v in summary.items() if k != "policy_stats"},
-            "peak_kv_tokens": stats.get("peak_live_kv_tokens"),
-            "mean_kv_tokens": stats.get("mean_kv_tokens"),
-        })
+        rows.append(pair_row(config, summary))
     (out / "table.md").write_text(markdown_table(rows) + "\n")
     write_csv(rows, out / "table.csv")
     if len(widths) > 1:
