@@ -40,3 +40,27 @@ def test_one_line_error(tmp_path, capsys, case):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("ets: error: ") and message in err[0], err
+
+
+def test_gemma2_on_the_engine_says_to_use_the_hf_backend(tmp_path, capsys):
+    """Gemma-2 soft-caps its attention logits, which the engine's attention does not do:
+    refused when the engine is built, not in the middle of a search; `backend: hf` runs it."""
+    import torch
+    from transformers import AutoModelForCausalLM, Gemma2Config
+
+    from ets.models.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    config = Gemma2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, bos_token_id=tok.bos_token_id,
+                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    folder = tmp_path / "gemma2"
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    base = ["run", "--quiet", "--config", str(TINY), "data.limit=1", "width=2", f"policy.model={folder}",
+            f"reward.model={folder}"]
+    assert main([*base, f"output={tmp_path / 'engine.jsonl'}", "policy.backend=engine"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "soft-capping (Gemma-2)" in err[0] and "policy.backend: hf" in err[0], err
+    assert main([*base, f"output={tmp_path / 'hf.jsonl'}", "policy.backend=hf"]) == 0

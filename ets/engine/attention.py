@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from ets.engine import cascade
 from ets.engine.cascade import CascadeMeta, take
+from ets.models.load import ModelLoadError
 
 ATTENTION_NAME = "ets_paged"
 
@@ -73,6 +74,23 @@ class PackedBatch:
     v_pool: list[torch.Tensor]
     write_slots: torch.Tensor         # [T] slot of each packed token
     groups: list[AttentionGroup]
+
+
+# Attention features of some architectures that paged_attention does not implement, by the
+# config attribute that turns them on: found at construction, not in the middle of a run.
+UNSUPPORTED_CONFIG = {
+    "attn_logit_softcapping": "attention logit soft-capping (Gemma-2)",
+}
+
+
+def check_supported(config) -> None:
+    """Raise ModelLoadError if the model needs an attention feature the engine lacks."""
+    for attr, what in UNSUPPORTED_CONFIG.items():
+        if getattr(config, attr, None) is not None:
+            raise ModelLoadError(
+                f"{getattr(config, 'model_type', 'this model')} uses {what}, which the ets engine's attention "
+                "does not implement; run it on the plain transformers backend (policy.backend: hf)"
+            )
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):

@@ -15,6 +15,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from ets.engine.allocator import SlotAllocator
+from ets.engine.attention import check_supported
 from ets.engine.pool import KVPool
 from ets.engine.prefix import shared_prefixes
 from ets.engine.radix import RadixNode, RadixTree
@@ -63,6 +64,7 @@ class Engine:
         max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS if max_batch_tokens is None else max_batch_tokens
         if max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
+        check_supported(model.config)
         self.model = model.eval()
         self.tokenizer = tokenizer
         param = next(model.parameters())
