@@ -8,12 +8,18 @@ Layouts understood (`DataConfig.format`):
     fields   any records; `question_field` and `answer_field` name the two fields
     auto     gsm8k or math500, told apart by the first record's keys
 
+A problem's id comes from the data, never from its position, so a results file stays
+valid when lines are added, removed or reordered: the record's `unique_id` or `id` field
+if it has one, else `q-` and the first 12 hex digits of the SHA-256 of the question text.
+Two problems with one id are an error naming both lines.
+
 Every error a user can cause is a `DataError` whose one-line message names the file, the
 line and the fix.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
@@ -69,7 +75,34 @@ def _fields(data: DataConfig, fmt: str) -> tuple[str, str]:
     return data.question_field, data.answer_field  # fields: DataConfig checked both are set
 
 
-def _to_problem(record: Any, index: int, fmt: str, data: DataConfig, where: str) -> Problem:
+def question_id(question: str) -> str:
+    """The id of a problem whose record has none: a stable hash of its question text."""
+    return "q-" + hashlib.sha256(question.encode("utf-8")).hexdigest()[:12]
+
+
+def _record_id(record: dict[str, Any], question: str) -> str:
+    for key in ("unique_id", "id"):
+        value = record.get(key)
+        if value is not None and str(value).strip():
+            return str(value)
+    return question_id(question)
+
+
+def _check_unique(problems: list[Problem], places: list[str]) -> None:
+    """Two problems with one id would share one line of the results file: refuse them."""
+    seen: dict[str, str] = {}
+    for problem, where in zip(problems, places):
+        if problem.id in seen:
+            how = ("the same question text" if problem.id == question_id(problem.question)
+                   else "the same 'unique_id'/'id' field")
+            raise DataError(
+                f"{seen[problem.id]} and {where} have the same problem id {problem.id!r} ({how}); "
+                "give each record a distinct 'id' field, or remove the duplicate"
+            )
+        seen[problem.id] = where
+
+
+def _to_problem(record: Any, fmt: str, data: DataConfig, where: str) -> Problem:
     if not isinstance(record, dict):
         raise DataError(f"{where}: a record must be a JSON object, got {type(record).__name__}; write one object per line")
     raw = record
@@ -95,8 +128,7 @@ def _to_problem(record: Any, index: int, fmt: str, data: DataConfig, where: str)
         raise DataError(f"{where}: field {q_key!r} must be a non-empty string")
     if answer is None or (isinstance(answer, str) and not answer.strip()):
         raise DataError(f"{where}: field {a_key!r} is empty; every problem needs a ground-truth answer")
-    pid = record.get("unique_id", record.get("id", index))
-    return Problem(id=str(pid), question=question, answer=str(answer).strip(), raw=raw)
+    return Problem(id=_record_id(raw, question), question=question, answer=str(answer).strip(), raw=raw)
 
 
 def _read_jsonl(path: Path, limit: int | None) -> Iterable[tuple[int, Any]]:
@@ -125,6 +157,7 @@ def load_jsonl(data: DataConfig) -> list[Problem]:
         raise DataError(f"data file {str(path)!r} does not exist; set data.path to a JSONL file")
     try:
         problems: list[Problem] = []
+        places: list[str] = []
         fmt = data.format
         for lineno, record in _read_jsonl(path, data.limit):
             where = f"{path}:{lineno}"
@@ -137,11 +170,13 @@ def load_jsonl(data: DataConfig) -> list[Problem]:
                         "(question, answer) or MATH500 (problem, answer), or set data.format=fields "
                         "with data.question_field and data.answer_field"
                     )
-            problems.append(_to_problem(record, len(problems), fmt, data, where))
+            problems.append(_to_problem(record, fmt, data, where))
+            places.append(where)
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text ({exc.reason}); save the file as UTF-8 JSONL") from None
     if not problems:
         raise DataError(f"data file {str(path)!r} is empty; it needs one JSON object per line")
+    _check_unique(problems, places)
     return problems
 
 
@@ -159,6 +194,7 @@ def load_hub(data: DataConfig) -> list[Problem]:
     except Exception as exc:  # noqa: BLE001 - network, auth and name errors all land here
         raise DataError(f"cannot load dataset {data.hf_name!r} split {data.hf_split!r}: {exc}") from None
     problems: list[Problem] = []
+    places: list[str] = []
     fmt = data.format
     for index, record in enumerate(rows):
         if data.limit is not None and index >= data.limit:
@@ -169,14 +205,19 @@ def load_hub(data: DataConfig) -> list[Problem]:
             if fmt is None:
                 raise DataError(f"{where}: cannot tell the layout from the keys; set data.format=fields "
                                 "with data.question_field and data.answer_field")
-        problems.append(_to_problem(dict(record), index, fmt, data, where))
+        problems.append(_to_problem(dict(record), fmt, data, where))
+        places.append(where)
     if not problems:
         raise DataError(f"dataset {data.hf_name!r} split {data.hf_split!r} is empty")
+    _check_unique(problems, places)
     return problems
 
 
 def load_problems(data: DataConfig) -> list[Problem]:
-    """The problems `data` names: from `data.path` (JSONL) if set, else from `data.hf_name`."""
+    """The problems `data` names: from `data.path` (JSONL) or from `data.hf_name`, never both."""
+    if data.path and data.hf_name:
+        raise DataError(f"data.path={data.path!r} and data.hf_name={data.hf_name!r} are both set; "
+                        "set one of them (data.hf_name=null to read the file)")
     if data.path:
         return load_jsonl(data)
     if data.hf_name:

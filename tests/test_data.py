@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ets.config import DataConfig
-from ets.data import DataError, Problem, as_problem, load_problems
+from ets.data import DataError, Problem, as_problem, load_problems, question_id
 
 GSM = {"question": "Janet has 3 eggs and buys 2. How many?", "answer": "3 + 2 = 5\n#### 5"}
 MATH = {"problem": "What is $1/2$?", "solution": "It is $\\boxed{\\frac12}$.", "answer": "\\frac12",
@@ -22,8 +22,8 @@ def write(tmp_path, lines, name="p.jsonl"):
 def test_gsm8k_layout_detected(tmp_path):
     big = {"question": "q", "answer": "... = 70,000\n#### 70,000"}
     problems = load_problems(DataConfig(path=write(tmp_path, [GSM, big])))
-    assert problems[0] == Problem(id="0", question=GSM["question"], answer="5", raw=GSM)
-    assert problems[1].answer == "70000" and problems[1].id == "1"
+    assert problems[0] == Problem(id=question_id(GSM["question"]), question=GSM["question"], answer="5", raw=GSM)
+    assert problems[1].answer == "70000" and problems[1].id == question_id("q")
 
 
 def test_math500_layout_detected(tmp_path):
@@ -44,7 +44,7 @@ def test_field_mapping(tmp_path):
 
 
 def test_limit_and_blank_lines(tmp_path):
-    path = write(tmp_path, [GSM, "", GSM, GSM])
+    path = write(tmp_path, [GSM, "", {**GSM, "id": 2}, {**GSM, "id": 3}])
     assert len(load_problems(DataConfig(path=path, limit=2))) == 2
     assert len(load_problems(DataConfig(path=path))) == 3
 
@@ -53,6 +53,43 @@ def test_forced_format_overrides_detection(tmp_path):
     # a MATH-like record read as GSM8K needs `question`: the error names it and the fix
     with pytest.raises(DataError, match=r"p\.jsonl:1: record has no field 'question'.*data\.format=fields"):
         load_problems(DataConfig(path=write(tmp_path, [MATH]), format="gsm8k"))
+
+
+# ---- ids come from the data, never from the line position ----
+
+def test_ids_are_the_id_field_or_a_hash_of_the_question(tmp_path):
+    other = {"question": "Two plus two?", "answer": "#### 4"}
+    records = [{**GSM, "id": 7}, other, {**GSM, "question": "Three?", "id": None}]
+    ids = [p.id for p in load_problems(DataConfig(path=write(tmp_path, records)))]
+    assert ids == ["7", question_id("Two plus two?"), question_id("Three?")]
+    assert question_id("Two plus two?") == question_id("Two plus two?") != question_id("Two plus three?")
+    (p,) = load_problems(DataConfig(path=write(tmp_path, [MATH])))
+    assert p.id == MATH["unique_id"]
+
+
+def test_ids_do_not_move_when_a_line_is_prepended(tmp_path):
+    lines = [{"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"} for i in range(3)]
+    before = [p.id for p in load_problems(DataConfig(path=write(tmp_path, lines)))]
+    new = {"question": "What is 10 + 1?", "answer": "#### 11"}
+    after = [p.id for p in load_problems(DataConfig(path=write(tmp_path, [new, *lines])))]
+    assert after[1:] == before and after[0] not in before
+
+
+def test_duplicate_ids_name_both_lines(tmp_path):
+    with pytest.raises(DataError) as e:
+        load_problems(DataConfig(path=write(tmp_path, [GSM, {**GSM, "question": "other"}, "", GSM])))
+    msg = one_line(e)
+    assert "p.jsonl:1 and " in msg and "p.jsonl:4 have the same problem id" in msg and "same question text" in msg
+    with pytest.raises(DataError) as e:
+        load_problems(DataConfig(path=write(tmp_path, [{**GSM, "id": "a"}, {**GSM, "question": "x", "id": "a"}])))
+    assert "p.jsonl:1 and " in one_line(e) and "p.jsonl:2 have the same problem id 'a'" in str(e.value)
+    assert "distinct 'id' field" in str(e.value)
+
+
+def test_path_and_hub_name_together_are_refused(tmp_path):
+    with pytest.raises(DataError) as e:
+        load_problems(DataConfig(path=write(tmp_path, [GSM]), hf_name="openai/gsm8k"))
+    assert "data.path" in one_line(e) and "data.hf_name" in str(e.value) and "both set" in str(e.value)
 
 
 # ---- bad input: one-line errors naming the file, the line and the fix ----
