@@ -16,6 +16,7 @@ Every unknown key or bad value raises `ConfigError` naming the key and what is a
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -57,7 +58,18 @@ def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
 def _positive(key: str, value: Any, zero_ok: bool = False) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (value >= 0 if zero_ok else value > 0)
     if not ok:
-        raise ConfigError(f"{key}: {value!r} must be a number {'>= 0' if zero_ok else '> 0'}")
+        # YAML 1.1 reads 1e-6 (no dot) as text; a command-line override is parsed as a float.
+        hint = f" (in YAML write {_float_text(value)})" if isinstance(value, str) and _FLOAT_TEXT.match(value) else ""
+        raise ConfigError(f"{key}: {value!r} must be a number {'>= 0' if zero_ok else '> 0'}{hint}")
+
+
+# A float in scientific notation without a dot (1e-6, 5E3): YAML 1.1 leaves it a string.
+_FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def _float_text(text: str) -> str:
+    mantissa, _, exponent = text.lower().partition("e")
+    return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent}"
 
 
 def _integer(key: str, value: Any, minimum: int) -> None:
@@ -240,7 +252,14 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:
         raise ConfigError(f"override {item!r} must look like key=value (e.g. width=32 or policy.model=PATH)")
     key, _, text = item.partition("=")
-    value = yaml.safe_load(text) if text != "" else ""
+    if _FLOAT_TEXT.match(text.strip()):
+        return key.strip().split("."), float(text)  # 1e-6: a float, as in YAML 1.2 and Python
+    try:
+        value = yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"override {item!r}: the value is not valid YAML ({problem}); "
+                          f"quote it, e.g. {key.strip()}='...'") from None
     return key.strip().split("."), value
 
 

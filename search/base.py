@@ -88,7 +88,9 @@ def canonical_name(name: str) -> str:
     name = METHOD_ALIASES.get(name, name)
     if name not in _REGISTRY:
         aliases = ", ".join(f"{a} -> {b}" for a, b in METHOD_ALIASES.items())
-        raise KeyError(f"unknown search strategy {name!r}; known: {', '.join(available())} (aliases: {aliases})")
+        from ets.config import ConfigError  # a user's mistake: the command reports it as one line
+
+        raise ConfigError(f"unknown search strategy {name!r}; known: {', '.join(available())} (aliases: {aliases})")
     return name
 
 
