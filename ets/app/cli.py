@@ -5,39 +5,57 @@
     ets eval FILE --agg last --vote weighted        accuracy of a results file
     ets sweep --config FILE --methods a,b --widths 16,64 [key=value ...]
                                                     methods x widths -> table + plots
+    ets --version
 
-Every error a user can cause (bad config, data, model path, reward) ends as one line
-`ets: error: ...` and exit code 2; nothing already written is lost or corrupted.
+Every command takes `--quiet` (no progress bars, transformers' included, and only errors
+logged) and `--log-level DEBUG|INFO|WARNING|ERROR`. `run`, `sweep` and `demo` resume their
+output when rerun with the same config, refuse an output made by another config (naming
+the keys that differ), and take `--overwrite` to start it afresh.
+
+Every error a user can cause (bad config, data, model path, reward, output) ends as one
+line `ets: error: ...` and exit code 2; nothing already written is lost or corrupted.
+Only the project's own error types are caught: anything else is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import logging
 import os
 import sys
+from typing import Sequence
 
 # Before torch loads: idle OpenMP threads sleep instead of spinning. On a small CPU shared
 # with other work, spinning threads made every op wait on a descheduled one (measured
 # 20x slower end to end); with this, 2 threads are as fast as 1 under load, faster idle.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from ets import __version__
 from ets.config import AGGREGATIONS, VOTES, ConfigError
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _num(value, fmt: str) -> str:
+    """A summary figure, or n/a when it is unknown (None)."""
+    return "n/a" if value is None else format(value, fmt)
 
 
 def _run(args: argparse.Namespace) -> int:
     from ets.config import load_config
     from ets.app.run import run
 
-    overrides = list(args.overrides)
+    config = load_config(args.config, list(args.overrides))
     if args.output:
-        overrides.append(f"output={args.output}")
-    config = load_config(args.config, overrides)
-    summary = run(config, show_progress=not args.quiet)
+        config = dataclasses.replace(config, output=args.output)
+    summary = run(config, show_progress=not args.quiet, overwrite=args.overwrite)
     print(f"wrote {config.output} ({summary['problems']} problems, {summary['new_problems']} new)")
     print(
         f"accuracy {summary['accuracy']:.3f} | kv_size/problem {summary['kv_size_per_problem']:.0f} | "
-        f"{summary['tokens_per_s']:.1f} tokens/s | {summary['wall_time']:.1f}s"
+        f"{_num(summary.get('tokens_per_s'), '.1f')} tokens/s | wall {_num(summary.get('wall_time'), '.1f')} s"
     )
     return 0
 
@@ -60,11 +78,12 @@ def _demo(args: argparse.Namespace) -> int:
     from ets.app.report import markdown_table
     from ets.app.sweep import parse_methods
 
-    methods = parse_methods(args.methods)
+    methods = _distinct(parse_methods(args.methods), "--methods")
     if args.width < 1 or args.problems < 1:
         raise ConfigError("--width and --problems must be >= 1")
     start = time.perf_counter()
-    rows = run_demo(args.width, args.problems, args.out, methods, args.backend, show_progress=not args.quiet)
+    rows = run_demo(args.width, args.problems, args.out, methods, args.backend, show_progress=not args.quiet,
+                    overwrite=args.overwrite)
     print()
     print(markdown_table(rows))
     print(f"\nresults, table.md/.csv and methods.png in {args.out}/ ({time.perf_counter() - start:.0f}s)")
@@ -75,14 +94,18 @@ def _sweep(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ets.config import load_config
+    from ets.data import load_problems
+    from ets.app.output import check_outputs
     from ets.app.report import markdown_table
-    from ets.app.sweep import parse_methods, parse_widths, relative_to_rebase, run_sweep
+    from ets.app.sweep import pair_config, parse_methods, parse_widths, relative_to_rebase, run_sweep
 
     config = load_config(args.config, list(args.overrides))
     # Everything is validated before any work starts.
-    methods = parse_methods(args.methods or config.search.method)
-    widths = parse_widths(args.widths or str(config.search.width))
+    methods = _distinct(parse_methods(args.methods or config.search.method), "--methods")
+    widths = _distinct(parse_widths(args.widths or str(config.search.width)), "--widths")
     out = Path(args.out or Path(config.output).parent / "sweep")
+    check_outputs([pair_config(config, m, w, out) for w in widths for m in methods], load_problems(config.data),
+                  overwrite=args.overwrite, way_out="pass another --out folder, or --overwrite to start it afresh")
     rows = run_sweep(config, methods, widths, out, show_progress=not args.quiet)
     print()
     print(markdown_table(rows))
@@ -92,36 +115,61 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ets", description="Tree-search test-time compute (best-of-N, beam, DVTS, REBASE, ETS).")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _distinct(values: Sequence, flag: str) -> list:
+    """Each method (or width) once: a repeated one would run twice into one output."""
+    seen = set()
+    for v in values:
+        if v in seen:
+            raise ConfigError(f"{flag} names {v!r} twice; list each once")
+        seen.add(v)
+    return list(values)
 
-    p = sub.add_parser("demo", help="every method on the bundled demo models and task; prints one table")
+
+def _common(quiet_help: str) -> argparse.ArgumentParser:
+    """--quiet and --log-level, accepted before or after the command name."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help=quiet_help)
+    p.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper, default=argparse.SUPPRESS,
+                   help="Python logging level (default WARNING; ERROR with --quiet)")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ets", parents=[_common("no progress bars, only errors logged")],
+                                     description="Tree-search test-time compute (best-of-N, beam, DVTS, REBASE, ETS).")
+    parser.add_argument("--version", action="version", version=f"ets {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = _common("no progress bars (transformers' included), only errors logged")
+    overwrite = argparse.ArgumentParser(add_help=False)
+    overwrite.add_argument("--overwrite", action="store_true",
+                           help="start the output afresh: its old results are removed (default: resume it)")
+
+    p = sub.add_parser("demo", parents=[common, overwrite],
+                       help="every method on the bundled demo models and task; prints one table")
     p.add_argument("--width", type=int, default=16, help="search width W (default 16)")
     p.add_argument("--problems", type=int, default=50, help="demo test problems to search (default 50)")
-    p.add_argument("--out", default="ets-demo", help="output folder (default ./ets-demo); rerun to resume")
+    p.add_argument("--out", default="ets-demo",
+                   help="output folder (default ./ets-demo); rerun with the same options to resume")
     p.add_argument("--methods", default="best_of_n,beam,dvts,rebase,ets", help="comma-separated methods")
     p.add_argument("--backend", default="engine", choices=("engine", "hf"), help="policy backend (default engine)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_demo)
 
-    p = sub.add_parser("run", help="search every problem of a dataset; resumable JSONL output")
+    p = sub.add_parser("run", parents=[common, overwrite], help="search every problem of a dataset; resumable JSONL output")
     p.add_argument("--config", required=True, help="YAML config (see configs/)")
     p.add_argument("--output", help="results JSONL (overrides the config's `output`)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. width=32 method=ets policy.backend=hf")
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("sweep", help="methods x widths on one dataset: CSV, Markdown table, PNG plots; resumable")
+    p = sub.add_parser("sweep", parents=[common, overwrite],
+                       help="methods x widths on one dataset: CSV, Markdown table, PNG plots; resumable")
     p.add_argument("--config", required=True, help="YAML config (dataset, models, search settings)")
     p.add_argument("--methods", help="comma-separated, e.g. best_of_n,beam,dvts,rebase,ets (default: the config's)")
     p.add_argument("--widths", help="comma-separated, e.g. 16,64,256 (default: the config's)")
     p.add_argument("--out", help="output folder (default: <config output folder>/sweep)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("overrides", nargs="*", help="key=value overrides")
     p.set_defaults(func=_sweep)
 
-    p = sub.add_parser("eval", help="accuracy of a results file (ours or the ETS code's answers.json)")
+    p = sub.add_parser("eval", parents=[common], help="accuracy of a results file (ours or the ETS code's answers.json)")
     p.add_argument("file")
     p.add_argument("--agg", default="last", choices=AGGREGATIONS, help="step-score aggregation")
     p.add_argument("--vote", default="weighted", choices=VOTES, help="how the answer is chosen")
@@ -130,28 +178,75 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to the current sys.stderr (which tests and notebooks replace)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def configure_logging(level: str | None, quiet: bool, models: bool) -> None:
+    """The root logger at `level` (default WARNING; ERROR when quiet) with one stderr
+    handler; with `models`, transformers' own logging and progress bars follow suit."""
+    name = level or ("ERROR" if quiet else "WARNING")
+    root = logging.getLogger()
+    root.setLevel(name)
+    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("ets: %(levelname)s: %(name)s: %(message)s"))
+        root.addHandler(handler)
+    if not models:
+        return
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity(logging.ERROR if quiet and level is None else getattr(logging, name))
+    if quiet:
+        hf_logging.disable_progress_bar()  # the weight-loading bars
+    else:
+        hf_logging.enable_progress_bar()
+    try:
+        from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+    except ImportError:
+        return
+    disable_progress_bars() if quiet else enable_progress_bars()
+
+
 def user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean bad input, reported as one line rather than a traceback."""
+    """Exceptions that mean bad input, reported as one line rather than a traceback.
+    Only the project's own types (and a missing file): a KeyError or any other exception
+    from inside is a bug, and its traceback is what finds it."""
     from ets.config import ConfigError
     from ets.data import DataError
     from ets.app.evaluate import EvalError
+    from ets.app.jsonl import ResultsFileError
     from ets.models.load import ModelLoadError
     from rewards.base import RewardError
 
-    return (ConfigError, DataError, EvalError, ModelLoadError, RewardError, KeyError, FileNotFoundError)
+    return (ConfigError, DataError, EvalError, ResultsFileError, ModelLoadError, RewardError, FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.quiet = getattr(args, "quiet", False)
+    configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command != "eval")
     try:
         return args.func(args)
     except user_errors() as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"ets: error: {message}", file=sys.stderr)
+        print(f"ets: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ets: interrupted; finished problems are saved, rerun the same command to resume", file=sys.stderr)
         return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc) if not isinstance(exc, FileNotFoundError) or not exc.filename else f"{exc.filename}: {exc.strerror}"
+    return " ".join(text.split()) or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -5,10 +5,17 @@ first problems of the demo test set with best-of-N, beam search, DVTS, REBASE an
 one width, on the engine. It prints one table (accuracy, the paper's KV-size metric, the
 engine's measured peak KV, wall time, throughput) and writes, into its output folder, each
 method's results (JSONL, resumable), the table (Markdown and CSV) and a PNG plot.
+
+Rerun with the same options to resume. Other options into the same folder (another
+`--problems`, `--width` or `--backend`) are refused before any model loads, naming what
+differs: a folder holds the results of one configuration. Pass another `--out`, or
+`--overwrite` to start the folder afresh. More problems than before resume (only the new
+ones are searched); fewer are refused, since the folder's results would not be theirs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,10 +28,10 @@ DEMO_CONFIG = Path(__file__).resolve().parents[1] / "demo" / "demo.yaml"
 
 def demo_config(width: int = 16, problems: int = 50, out: str | Path = "ets-demo", backend: str = "engine") -> RunConfig:
     """The embedded default (ets/demo/demo.yaml) at this width and number of problems."""
-    return load_config(DEMO_CONFIG, [
-        f"width={width}", f"data.limit={problems}", f"policy.backend={backend}",
-        f"output={Path(out) / 'results.jsonl'}", f"concurrency={problems}",
+    config = load_config(DEMO_CONFIG, [
+        f"width={width}", f"data.limit={problems}", f"policy.backend={backend}", f"concurrency={problems}",
     ])
+    return dataclasses.replace(config, output=str(Path(out) / "results.jsonl"))
 
 
 def run_demo(
@@ -34,12 +41,17 @@ def run_demo(
     methods: Sequence[str] = METHODS,
     backend: str = "engine",
     show_progress: bool = True,
+    overwrite: bool = False,
 ) -> list[dict[str, Any]]:
     """Run each method (a one-width sweep); returns one table row per method and writes
-    results, table and plot into `out`."""
-    from ets.app.sweep import run_sweep
+    results, table and plot into `out`. With `overwrite`, the old results in `out` go first."""
+    from ets.app.output import check_outputs
+    from ets.app.sweep import pair_config, run_sweep
+    from ets.data import load_problems
 
     config = demo_config(width, problems, out, backend)
+    check_outputs([pair_config(config, m, width, Path(out)) for m in methods], load_problems(config.data),
+                  overwrite=overwrite, way_out=f"pass another --out folder, or --overwrite to start {str(out)!r} afresh")
     return run_sweep(config, methods, [width], out, show_progress=show_progress,
                      title=f"ets demo: {problems} problems, width {width}")
 

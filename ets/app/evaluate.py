@@ -31,6 +31,8 @@ def load_results(path: str | Path) -> list[dict[str, Any]]:
         records = read_records(path)
     except ValueError as exc:
         raise EvalError(str(exc)) from exc
+    if not records:
+        raise EvalError(f"results file {str(path)!r} holds no results; is the run still starting, or did it write elsewhere?")
     for i, r in enumerate(records, 1):
         if "trajectories" not in r or "ground_truth" not in r:
             raise EvalError(f"{path}: record {i} has no 'trajectories'/'ground_truth'; is this an `ets run` output?")

@@ -16,7 +16,8 @@ from typing import Any
 from ets.config import RunConfig
 from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
-from ets.app.jsonl import ResultsWriter, read_records
+from ets.app.jsonl import read_records
+from ets.app.output import open_output, read_json, summary_path, write_json_atomic
 from ets.policy.base import Policy
 from search import build as build_strategy
 
@@ -41,14 +42,12 @@ def build_reward_for(config: RunConfig, policy: Policy):
     return build_reward(config.reward, config.policy, engine=getattr(policy, "engine", None))
 
 
-def summary_path(output: str | Path) -> Path:
-    output = Path(output)
-    return output.with_name(output.stem + ".summary.json")
-
-
-def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None = None, reward=None) -> dict[str, Any]:
+def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None = None, reward=None,
+        overwrite: bool = False) -> dict[str, Any]:
+    """Search the problems not yet in `config.output`. An output made by another config is
+    refused (ets/app/output.py) unless `overwrite`, which starts it afresh."""
     problems = load_problems(config.data)
-    with ResultsWriter(config.output) as writer:
+    with open_output(config, problems, overwrite=overwrite) as writer:
         todo = [p for p in problems if p.id not in writer.done_ids]
         new_records: list[dict[str, Any]] = []
         run_stats: RunStats | None = None
@@ -77,11 +76,13 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
                 bar.close()
     records = read_records(config.output)
     stored = summary_path(config.output)
-    if not new_records and stored.exists():
-        # Nothing new was searched: keep the throughput measured when the work was done.
-        return json.loads(stored.read_text())
+    kept = None if new_records else read_json(stored)
+    if kept is not None:
+        # Nothing new was searched: keep the throughput measured when the work was done
+        # (an empty or truncated summary is rebuilt below, its throughput unknown).
+        return kept
     summary = {**summarize(records, new_records, elapsed, policy, reward), **(run_stats._asdict() if run_stats else {})}
-    stored.write_text(json.dumps(summary, indent=2))
+    write_json_atomic(stored, summary)
     return summary
 
 
@@ -93,6 +94,7 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
     on its own engine, that second cache's pool and peak)."""
     n = len(records)
     new_tokens = sum(r["generated_tokens"] for r in new_records)
+    measured = elapsed > 0 and bool(new_records)
     out = {
         "problems": n,
         "accuracy": sum(r["correct"] for r in records) / n if n else 0.0,
@@ -100,9 +102,10 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
         "kv_size_per_problem": sum(r["kv_size"] for r in records) / n if n else 0.0,
         "generated_tokens": sum(r["generated_tokens"] for r in records),
         "new_problems": len(new_records),
-        "wall_time": round(elapsed, 3),
-        "problems_per_s": len(new_records) / elapsed if elapsed > 0 and new_records else 0.0,
-        "tokens_per_s": new_tokens / elapsed if elapsed > 0 and new_records else 0.0,
+        # Unknown (None, printed n/a) when nothing was timed, e.g. a lost summary rebuilt.
+        "wall_time": round(elapsed, 3) if measured else None,
+        "problems_per_s": len(new_records) / elapsed if measured else None,
+        "tokens_per_s": new_tokens / elapsed if measured else None,
     }
     totals: dict[str, float] = {}
     for r in records:

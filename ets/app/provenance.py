@@ -1,0 +1,176 @@
+"""What made a results file: the resolved config and fingerprints of the files it read.
+
+    made = describe(config)            # {"compared": {...}, "recorded": {...}, ...}
+    differences(old["compared"], made["compared"])  # ["search.width: 4 -> 8", ...]
+
+Written beside the results as `<name>.config.json`. Two parts:
+
+compared   every key that changes a problem's result, flattened (`search.width`,
+           `policy.prompt_template`, `reward.options`, ...): the whole search section
+           (method, width, sampling, seed, aggregation, vote, ETS weights, embedder ...),
+           the policy (model, backend, dtype, templates, step delimiter; the device as its
+           type only, `cuda:1` -> `cuda`), the reward (name, model, options). A key added to
+           a config class later is compared by default: a false refusal costs a flag, a
+           silent mix costs a paper.
+recorded   kept for the reader, never compared: the output path, `concurrency` and
+           `save_trees` (a problem's result does not depend on what else is in flight),
+           `policy.kv_budget_tokens`, `policy.max_batch_tokens` and the reward options of
+           those names (memory and batching, not results), the full device name, the
+           model paths, all reward options, and the data: its path, limit, layout keys
+           and SHA-256.
+
+The data is not compared as keys: adding problems to a data file, or raising
+`data.limit`, must resume and search only the new ones. It is compared problem by
+problem instead (`check_records`): every record already in the output must be one of
+this run's problems (same id) with the same question and ground truth.
+
+A model is compared by what it is, not where it lies: a local folder by a fingerprint of
+its files (path, size and SHA-256 of the contents of each file up to 64 MiB; above that, of
+the size, the modification time and 16 blocks of 64 KiB spread over the file, so
+multi-GB weights cost 1 MiB of reading; a copied folder of such weights counts as
+changed); a `tiny:` model or a hub name by its name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from ets.config import RunConfig
+from ets.data import Problem
+
+FORMAT = 1
+NOT_COMPARED = frozenset({
+    "output", "concurrency", "save_trees",
+    "policy.kv_budget_tokens", "policy.max_batch_tokens",
+})
+# A PRM's own pool and batch size (rewards/step_tag.py): memory, not scores.
+REWARD_OPTIONS_NOT_COMPARED = frozenset({"kv_budget_tokens", "max_batch_tokens"})
+FULL_HASH_BYTES = 64 << 20
+BLOCK, BLOCKS = 64 << 10, 16
+
+
+def describe(config: RunConfig) -> dict[str, Any]:
+    """The provenance of a run of `config` (raises ModelLoadError for a missing model path)."""
+    flat = _flatten(dataclasses.asdict(config))
+    compared: dict[str, Any] = {}
+    recorded: dict[str, Any] = {}
+    for key, value in flat.items():
+        if key.startswith("data.") or key in NOT_COMPARED:
+            recorded[key] = value
+        else:
+            compared[key] = value
+    recorded["policy.device"] = config.policy.device
+    compared["policy.device"] = str(config.policy.device).split(":")[0]
+    recorded["policy.model"] = config.policy.model
+    compared["policy.model"] = model_identity(config.policy.model)
+    recorded["reward.options"] = config.reward.options
+    compared["reward.options"] = {k: v for k, v in config.reward.options.items() if k not in REWARD_OPTIONS_NOT_COMPARED}
+    recorded["reward.model"] = config.reward.model
+    compared["reward.model"] = model_identity(config.reward.model or config.policy.model)
+    if config.data.path and Path(config.data.path).is_file():
+        recorded["data.path"] = str(Path(config.data.path).resolve())
+        recorded["data.sha256"] = _file_sha256(str(Path(config.data.path).resolve()))
+    from ets import __version__
+
+    return {"format": FORMAT, "ets_version": __version__,
+            "compared": _jsonable(compared), "recorded": _jsonable(recorded)}
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`key: old -> new` for each compared key whose value changed. A key that only one
+    side has (written by an older or newer ets) is not compared."""
+    return [f"{key}: {_short(old[key])} -> {_short(new[key])}"
+            for key in new if key in old and old[key] != new[key]]
+
+
+def check_records(records: Sequence[dict[str, Any]], problems: Sequence[Problem]) -> str | None:
+    """Why `records` (an output's) are not results of `problems`, or None if they are."""
+    by_id = {p.id: p for p in problems}
+    foreign = [r["id"] for r in records if r["id"] not in by_id]
+    if foreign:
+        return (f"{len(foreign)} of the {len(records)} problems it holds are not among this run's problems "
+                f"(e.g. id {foreign[0]!r}; another data file, a smaller data.limit, or a problem "
+                "removed from the data)")
+    for r in records:
+        p = by_id[r["id"]]
+        if r.get("question") != p.question or r.get("ground_truth") != p.answer:
+            part = "question" if r.get("question") != p.question else "ground truth"
+            return f"problem {p.id!r} has another {part} in the data than when it was searched"
+    return None
+
+
+def model_identity(name: str) -> str:
+    """What a model is: `files sha256:...` for a local folder or file, else its name."""
+    from ets.models.load import check_model_exists
+
+    if name.startswith("tiny:"):
+        return name  # built from code by name
+    path = Path(name).expanduser()
+    if path.exists():
+        return "files " + fingerprint(path)
+    check_model_exists(name)  # a path that does not exist: ModelLoadError
+    return name  # a hub name
+
+
+def fingerprint(path: Path) -> str:
+    """`sha256:<16 hex>` of a file, or of every file of a folder (hidden ones skipped)."""
+    if path.is_file():
+        files = [(path.name, path)]
+    else:
+        files = sorted(
+            (str(p.relative_to(path)), p) for p in path.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
+    h = hashlib.sha256()
+    for rel, p in files:
+        st = p.stat()
+        h.update(f"{rel}\0{st.st_size}\0{_file_digest(str(p.resolve()), st.st_size, st.st_mtime_ns)}\n".encode())
+    return "sha256:" + h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1024)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """Keyed by size and mtime, so a sweep fingerprints each file once."""
+    if size <= FULL_HASH_BYTES:
+        return _file_sha256(path)
+    h = hashlib.sha256(f"{size}\0{mtime_ns}".encode())
+    with open(path, "rb") as fh:
+        for k in range(BLOCKS):  # first block at 0, last ending at the file's end
+            fh.seek(k * (size - BLOCK) // (BLOCKS - 1))
+            h.update(fh.read(BLOCK))
+    return h.hexdigest()
+
+
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _flatten(config: dict[str, Any]) -> dict[str, Any]:
+    """`section.key` for the sections' keys; a dict value (reward.options) stays one key,
+    so an option removed shows as a change."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    """As it reads back from JSON (tuples become lists), so old and new compare equal."""
+    return json.loads(json.dumps(values, default=str))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,259 @@
+"""Every user error of the commands: one line `ets: error: ...`, exit 2, and no empty or
+corrupt file left behind. Plus --version, --log-level and --quiet."""
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from ets.app.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+
+
+def run_cli(*argv):
+    return main(["run", "--quiet", "--config", str(TINY), *argv])
+
+
+def one_line_error(capsys, code):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and err[0].startswith("ets: error:"), err
+    return err[0]
+
+
+def tree(folder):
+    return sorted(str(p.relative_to(folder)) for p in Path(folder).rglob("*"))
+
+
+@pytest.fixture
+def finished(tmp_path):
+    """A finished 3-problem output."""
+    out = tmp_path / "r.jsonl"
+    assert run_cli(f"output={out}", "data.limit=3") == 0
+    return out
+
+
+# ---- the results file ----
+
+@pytest.mark.parametrize("bad, words", [
+    ("{not json", "not a JSON line"),
+    ("[1, 2]", "a list, not a result object"),
+    ('{"question": "q"}', "has no 'id'"),
+])
+def test_a_broken_middle_line_is_corruption(finished, capsys, bad, words):
+    lines = finished.read_text().splitlines()
+    lines[1] = bad
+    finished.write_text("\n".join(lines) + "\n")
+    before = finished.read_text()
+    msg = one_line_error(capsys, run_cli(f"output={finished}", "data.limit=3"))
+    assert f"r.jsonl:2: " in msg and words in msg and "delete that line" in msg
+    assert finished.read_text() == before
+    assert "r.jsonl" in one_line_error(capsys, main(["eval", str(finished)]))
+
+
+def test_a_problem_twice_in_the_results_is_corruption(finished, capsys):
+    lines = finished.read_text().splitlines()
+    finished.write_text("\n".join([*lines, lines[0]]) + "\n")
+    msg = one_line_error(capsys, run_cli(f"output={finished}", "data.limit=3"))
+    assert "lines 1 and 4 both hold problem" in msg
+
+
+def test_a_torn_last_line_is_dropped_and_recomputed(finished):
+    lines = finished.read_text().splitlines()
+    finished.write_text("\n".join(lines[:2]) + "\n" + lines[2][:30])
+    assert run_cli(f"output={finished}", "data.limit=3") == 0
+    assert [json.loads(l)["id"] for l in finished.read_text().splitlines()] == [json.loads(l)["id"] for l in lines]
+
+
+def not_a_model(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")  # a folder, but not a model: fails when loaded
+    return model
+
+
+def test_only_a_torn_line_leaves_no_empty_file(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"id": "x", "quest')
+    code = run_cli(f"output={out}", f"policy.model={not_a_model(tmp_path)}")
+    assert code == 2, capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("content", ["", '{"problems": 3, "accur'])
+def test_an_empty_or_truncated_summary_is_rebuilt(finished, capsys, content):
+    summary = finished.with_name("r.summary.json")
+    summary.write_text(content)
+    capsys.readouterr()
+    assert run_cli(f"output={finished}", "data.limit=3") == 0
+    assert "n/a tokens/s" in capsys.readouterr().out       # not 0, not nan: unknown
+    rebuilt = json.loads(summary.read_text())
+    assert rebuilt["problems"] == 3 and rebuilt["tokens_per_s"] is None and rebuilt["problems_per_s"] is None
+    assert run_cli(f"output={finished}", "data.limit=3") == 0  # and every later rerun works
+
+
+def test_eval_of_an_empty_results_file_is_an_error(tmp_path, capsys):
+    empty = tmp_path / "e.jsonl"
+    empty.write_text("")
+    assert "holds no results" in one_line_error(capsys, main(["eval", str(empty)]))
+    empty.write_text('{"id": "a", "traj')  # only a torn line
+    assert "holds no results" in one_line_error(capsys, main(["eval", str(empty)]))
+
+
+# ---- overrides ----
+
+def test_scientific_float_override_is_a_float(tmp_path):
+    out = tmp_path / "r.jsonl"
+    assert run_cli(f"output={out}", "data.limit=1", "lp_time_limit=1e-6", "lambda_c=2E0") == 0
+    made = json.loads((tmp_path / "r.config.json").read_text())["compared"]
+    assert made["search.lp_time_limit"] == 1e-6 and made["search.lambda_c"] == 2.0
+
+
+def test_scientific_float_in_a_config_file_says_how_to_write_it(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(TINY.read_text().replace("./data/tiny.jsonl", str(ROOT / "configs/data/tiny.jsonl"))
+                   + "lp_time_limit: 1e-6\n")
+    msg = one_line_error(capsys, main(["run", "--quiet", "--config", str(cfg), f"output={tmp_path / 'r.jsonl'}"]))
+    assert "lp_time_limit" in msg and "1.0e-6" in msg
+    assert tree(tmp_path) == ["c.yaml"]
+
+
+@pytest.mark.parametrize("override", ["width=[1", "reward.options={a: 1", 'policy.model="tiny'])
+def test_an_override_that_is_not_yaml(tmp_path, capsys, override):
+    msg = one_line_error(capsys, run_cli(f"output={tmp_path / 'r.jsonl'}", override))
+    assert "not valid YAML" in msg and "quote it" in msg
+    assert tree(tmp_path) == []
+
+
+def test_path_and_hub_name_together(tmp_path, capsys):
+    msg = one_line_error(capsys, run_cli(f"output={tmp_path / 'r.jsonl'}", "data.hf_name=openai/gsm8k"))
+    assert "both set" in msg
+    assert tree(tmp_path) == []
+
+
+def test_unknown_method_is_a_config_error_not_a_key_error(tmp_path, capsys):
+    out = tmp_path / "sw"
+    msg = one_line_error(capsys, main(["sweep", "--quiet", "--config", str(TINY), "--methods", "beam,mcts",
+                                       "--out", str(out)]))
+    assert "unknown search strategy 'mcts'" in msg and not out.exists()
+
+
+@pytest.mark.parametrize("command", ["sweep", "demo"])
+def test_a_method_or_width_twice_is_refused(tmp_path, capsys, command):
+    out = tmp_path / "o"
+    base = ["sweep", "--config", str(TINY)] if command == "sweep" else ["demo"]
+    msg = one_line_error(capsys, main([*base, "--quiet", "--methods", "beam,rebase,beam_search", "--out", str(out)]))
+    assert "--methods names 'beam' twice" in msg
+    if command == "sweep":
+        msg = one_line_error(capsys, main([*base, "--quiet", "--widths", "2,4,2", "--out", str(out)]))
+        assert "--widths names 2 twice" in msg
+    assert not out.exists()
+
+
+# ---- output paths: checked before anything is made ----
+
+def test_output_is_a_folder(tmp_path, capsys):
+    msg = one_line_error(capsys, run_cli(f"output={tmp_path}"))
+    assert "is a folder" in msg and "results.jsonl" in msg
+    assert tree(tmp_path) == []
+
+
+def test_output_parent_is_a_file(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    msg = one_line_error(capsys, run_cli(f"output={tmp_path / 'f' / 'sub' / 'r.jsonl'}"))
+    assert "is a file, not a folder" in msg
+    msg = one_line_error(capsys, main(["sweep", "--quiet", "--config", str(TINY), "--out", str(tmp_path / "f")]))
+    assert "is a file, not a folder" in msg
+    assert tree(tmp_path) == ["f"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_output_folder_read_only(tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        assert "read-only" in one_line_error(capsys, run_cli(f"output={ro / 'r.jsonl'}"))
+        assert tree(ro) == []
+    finally:
+        ro.chmod(0o700)
+
+
+def test_output_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch):
+    """What a read-only folder does to a process that os.access lets through (e.g. root
+    on some file systems): the lock file cannot be made."""
+    import ets.app.lock as lock
+
+    def refuse(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(lock.os, "open", refuse)
+    msg = one_line_error(capsys, run_cli(f"output={tmp_path / 'sub' / 'r.jsonl'}"))
+    assert "cannot write there (Permission denied)" in msg
+    assert tree(tmp_path) == []  # the folder made for it is gone again
+
+
+@pytest.mark.parametrize("bad", ["data.path=/nope/data.jsonl", "policy.model=/nope/model", "method=alphazero",
+                                 "reward.model=/nope/prm"])
+def test_no_output_is_made_before_the_inputs_validate(tmp_path, capsys, bad):
+    one_line_error(capsys, run_cli(f"output={tmp_path / 'runs' / 'r.jsonl'}", bad))
+    assert tree(tmp_path) == []
+
+
+def test_a_model_that_fails_to_load_leaves_no_file(tmp_path, capsys):
+    code = run_cli(f"output={tmp_path / 'runs' / 'r.jsonl'}", f"policy.model={not_a_model(tmp_path)}")
+    assert code == 2, capsys.readouterr().err
+    assert tree(tmp_path) == ["model", "model/config.json"]
+
+
+def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
+    import ets.app.run as run_module
+
+    def broken(*args, **kwargs):
+        raise KeyError("internal")
+
+    monkeypatch.setattr(run_module, "run", broken)
+    with pytest.raises(KeyError):
+        run_cli(f"output={tmp_path / 'r.jsonl'}")
+
+
+# ---- --version, --log-level, --quiet ----
+
+def test_version(capsys):
+    import ets
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"ets {ets.__version__}"
+
+
+def test_log_level_and_quiet(tmp_path, capsys):
+    from transformers.utils import logging as hf_logging
+
+    root = logging.getLogger()
+    saved = root.level
+    try:
+        empty = tmp_path / "e.jsonl"
+        empty.write_text("")
+        main(["eval", "--log-level", "debug", str(empty)])
+        assert root.level == logging.DEBUG
+        main(["--log-level", "INFO", "eval", str(empty)])
+        assert root.level == logging.INFO
+        with pytest.raises(SystemExit):
+            main(["eval", "--log-level", "LOUD", str(empty)])
+        capsys.readouterr()
+
+        out = tmp_path / "r.jsonl"
+        assert run_cli(f"output={out}", "data.limit=1") == 0       # run_cli passes --quiet
+        assert root.level == logging.ERROR
+        assert not hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == logging.ERROR
+        assert capsys.readouterr().err == ""
+        assert main(["run", "--config", str(TINY), f"output={out}", "data.limit=1"]) == 0
+        assert hf_logging.is_progress_bar_enabled() and root.level == logging.WARNING
+    finally:
+        root.setLevel(saved)
+        hf_logging.set_verbosity_warning()

@@ -1,0 +1,209 @@
+"""An output knows what made it: reruns with another config are refused naming the keys,
+`--overwrite` starts afresh, ids come from the data, a second process is locked out.
+All through the real command on the tiny config."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ets.app.cli import main
+from ets.app.provenance import BLOCK, BLOCKS, FULL_HASH_BYTES, _file_digest, fingerprint
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+
+
+def run_cli(out, *argv):
+    return main(["run", "--quiet", "--config", str(TINY), f"output={out}", *argv])
+
+
+def ids(path):
+    return [json.loads(l)["id"] for l in Path(path).read_text().splitlines()]
+
+
+def refused(capsys, code):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("ets: error:"), err
+    return err[0]
+
+
+def data_file(tmp_path, questions, name="d.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps({"question": q, "answer": "#### 1"}) + "\n" for q in questions))
+    return path
+
+
+def test_rerun_with_another_config_is_refused_naming_the_keys(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert run_cli(out, "data.limit=2") == 0
+    before = out.read_text()
+    made = json.loads((tmp_path / "r.config.json").read_text())
+    assert made["compared"]["search.method"] == "rebase" and made["compared"]["search.seed"] == 0
+    assert made["recorded"]["data.sha256"] and made["recorded"]["concurrency"] == 4
+
+    msg = refused(capsys, run_cli(out, "data.limit=2", "method=beam", "width=8"))
+    assert "search.method: 'rebase' -> 'beam'" in msg and "search.width: 4 -> 8" in msg
+    assert "--overwrite" in msg and "new output" in msg
+    for change, key in [("temperature=0.5", "search.temperature"), ("seed=3", "search.seed"),
+                        ("policy.prompt_template=Q: {question}", "policy.prompt_template"),
+                        ("reward.options.tag=X", "reward.options"), ("policy.model=tiny:qwen2", "policy.model"),
+                        ("vote=majority", "search.vote")]:
+        assert key in refused(capsys, run_cli(out, "data.limit=2", change)), change
+    assert out.read_text() == before
+
+    # Keys that do not change a problem's result are recorded, not compared.
+    assert run_cli(out, "data.limit=2", "concurrency=1", "policy.max_batch_tokens=512",
+                   "reward.options.max_batch_tokens=512") == 0
+    assert out.read_text() == before
+
+
+def test_overwrite_starts_the_output_afresh(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert run_cli(out, "data.limit=2") == 0
+    assert run_cli(out, "data.limit=1", "method=beam", "--overwrite") == 0
+    records = [json.loads(l) for l in out.read_text().splitlines()]
+    assert len(records) == 1 and records[0]["method"] == "beam"
+    assert json.loads((tmp_path / "r.config.json").read_text())["compared"]["search.method"] == "beam"
+    assert json.loads((tmp_path / "r.summary.json").read_text())["problems"] == 1
+    assert run_cli(out, "data.limit=1", "method=beam") == 0  # and it resumes as beam from now on
+
+
+def test_prepended_problem_is_searched_and_nothing_twice(tmp_path):
+    out = tmp_path / "r.jsonl"
+    data = data_file(tmp_path, ["What is 1 + 0?", "What is 2 - 1?"])
+    assert run_cli(out, f"data.path={data}") == 0
+    first = out.read_text()
+    data_file(tmp_path, ["What is 3 - 2?", "What is 1 + 0?", "What is 2 - 1?"])
+    assert run_cli(out, f"data.path={data}") == 0
+    got = ids(out)
+    assert len(got) == 3 == len(set(got)) and out.read_text().startswith(first)
+
+
+def test_more_problems_resume_fewer_or_other_problems_are_refused(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert run_cli(out, "data.limit=2") == 0
+    assert run_cli(out, "data.limit=3") == 0 and len(ids(out)) == 3
+    msg = refused(capsys, run_cli(out, "data.limit=1"))
+    assert "2 of the 3 problems it holds are not among this run's problems" in msg and "data.limit" in msg
+    other = data_file(tmp_path, ["What is 5 - 4?"])
+    assert "not among this run's problems" in refused(capsys, run_cli(out, f"data.path={other}"))
+    assert len(ids(out)) == 3
+
+
+def test_a_problem_changed_under_its_id_is_refused(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "p1", "question": "What is 1 + 0?", "answer": "#### 1"}) + "\n")
+    assert run_cli(out, f"data.path={data}") == 0
+    data.write_text(json.dumps({"id": "p1", "question": "What is 1 + 0?", "answer": "#### 2"}) + "\n")
+    assert "problem 'p1' has another ground truth" in refused(capsys, run_cli(out, f"data.path={data}"))
+
+
+def test_results_without_their_config_are_refused(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert run_cli(out, "data.limit=1") == 0
+    (tmp_path / "r.config.json").unlink()
+    assert "no readable record of the config" in refused(capsys, run_cli(out, "data.limit=1"))
+    assert run_cli(out, "data.limit=1", "--overwrite") == 0
+
+
+def test_sweep_refuses_a_changed_config_before_any_work_and_overwrites(tmp_path, capsys):
+    out = tmp_path / "sw"
+    argv = ["sweep", "--quiet", "--config", str(TINY), "--methods", "beam,rebase", "--widths", "2",
+            "--out", str(out), "data.limit=1"]
+    assert main(argv) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    msg = refused(capsys, main([*argv, "temperature=0.5"]))
+    assert "beam_w2.jsonl" in msg and "search.temperature: 1.0 -> 0.5" in msg and "--out" in msg
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert main([*argv, "temperature=0.5", "--overwrite"]) == 0
+    made = json.loads((out / "rebase_w2.config.json").read_text())
+    assert made["compared"]["search.temperature"] == 0.5
+
+
+def test_demo_with_fewer_problems_is_refused_and_more_resume(tmp_path, capsys):
+    out = tmp_path / "demo"
+    demo = ["demo", "--quiet", "--width", "2", "--methods", "best_of_n", "--out", str(out)]
+    assert main([*demo, "--problems", "2"]) == 0
+    table = (out / "table.md").read_text()
+    msg = refused(capsys, main([*demo, "--problems", "1"]))
+    assert "best_of_n_w2.jsonl" in msg and "--out" in msg and "--overwrite" in msg
+    assert (out / "table.md").read_text() == table  # not redrawn from the 2-problem results
+    assert main([*demo, "--problems", "1", "--overwrite"]) == 0
+    assert len(ids(out / "best_of_n_w2.jsonl")) == 1
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from ets.app.lock import OutputLock
+lock = OutputLock(Path(sys.argv[1]), "x")
+lock.acquire()
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_second_process_on_the_output_is_refused(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out) + ".lock"], stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        msg = refused(capsys, run_cli(out, "data.limit=1"))
+        assert f"being written by process {holder.pid}" in msg
+        assert not out.exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # The kernel dropped the dead process's lock: the stale lock file blocks nothing.
+    assert (tmp_path / "r.jsonl.lock").exists()
+    assert run_cli(out, "data.limit=1") == 0
+    assert not (tmp_path / "r.jsonl.lock").exists()
+
+
+def test_lock_released_while_another_process_waits_on_the_old_file(tmp_path):
+    from ets.app.lock import OutputLock
+
+    path = tmp_path / "r.jsonl.lock"
+    first = OutputLock(path, "r")
+    first.acquire()
+    first.release()
+    second = OutputLock(path, "r")
+    second.acquire()   # a fresh file, and the lock is on the file at the path
+    assert os.stat(path).st_ino == os.fstat(second._fd).st_ino
+    second.release()
+
+
+def test_model_fingerprints(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"a": 1}')
+    (folder / ".cache").mkdir()
+    (folder / ".cache" / "junk").write_text("x")
+    big = folder / "model.safetensors"
+    with big.open("wb") as fh:  # sparse: larger than the full-hash limit, cheap to make
+        fh.truncate(FULL_HASH_BYTES + 10 * BLOCK)
+    first = fingerprint(folder)
+    assert first.startswith("sha256:") and fingerprint(folder) == first
+    (folder / ".cache" / "junk").write_text("y")
+    assert fingerprint(folder) == first                    # hidden files are not the model
+    (folder / "config.json").write_text('{"a": 2}')
+    assert fingerprint(folder) != first                    # small files: their contents
+    second = fingerprint(folder)
+    stat = big.stat()
+    with big.open("r+b") as fh:  # one byte in a sampled block (the 9th of 16)
+        fh.seek(8 * (stat.st_size - BLOCK) // (BLOCKS - 1) + 100)
+        fh.write(b"\1")
+    os.utime(big, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    _file_digest.cache_clear()  # cached per (path, size, mtime) within one process
+    assert fingerprint(folder) != second                   # large files: sampled blocks ...
+    third = fingerprint(folder)
+    os.utime(big, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert fingerprint(folder) != third                    # ... and the modification time
