@@ -1,13 +1,15 @@
 """The scoring loop shared by the model-based PRMs: one marker token per step.
 
 A subclass says how a (question, steps) pair becomes marked text (`render`); this class
-tokenizes each trajectory once, sends the whole round to the scoring backend in one call,
-and turns the rows read at each marker into probabilities:
+tokenizes each trajectory once (`encode`, which a subclass may change: where the rows are
+read, how the text is tokenized), sends the whole round to the scoring backend in one
+call, and turns the rows read at each marker into probabilities (`probabilities`):
 
     score of step s = softmax(row at marker s over `columns`)[positive]
 
-Step-tag PRMs read the columns of their good/bad tokens from LM logits (positive = good);
-token-classification PRMs read their label logits (positive = the positive label).
+Step-tag and chat-judgement PRMs read the columns of their good/bad tokens from LM logits
+(positive = good); token-classification PRMs read their label logits (positive = the
+positive label); value-head PRMs replace the softmax by a sigmoid of one output.
 """
 
 from __future__ import annotations
@@ -56,8 +58,12 @@ class MarkerPRM(ProcessRewardModel):
         if sequences:
             rows = self.backend.logits_at(sequences, positions)     # each [n_steps, n_columns]
             for (q, t), r in zip(where, rows):
-                scores[q][t] = torch.softmax(r.float(), dim=-1)[:, self.positive].tolist()
+                scores[q][t] = self.probabilities(r)
         return scores
+
+    def probabilities(self, rows: torch.Tensor) -> list[float]:
+        """One score per step from the rows read at its markers (`[n_steps, n_columns]`)."""
+        return torch.softmax(rows.float(), dim=-1)[:, self.positive].tolist()
 
     def stats(self) -> dict[str, int]:
         return self.backend.stats()

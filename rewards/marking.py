@@ -1,8 +1,9 @@
 """Marking steps in a PRM's input text and finding the marked tokens.
 
-PRMs of both conventions read one text per trajectory in which every step is followed by
-a marker (Math-Shepherd: the step tag ` ки`; Qwen2.5-Math-PRM: the separator `<extra_0>`),
-and score a step at its marker's token:
+PRMs of every convention read one text per trajectory in which every step is followed by
+a marker (Math-Shepherd: the step tag ` ки`; Qwen2.5-Math-PRM: the separator `<extra_0>`;
+Skywork: "\n"; RLHFlow: the judgement "+" that the assistant answers after each step),
+and score a step at (or, for a judgement, just before) its marker's token:
 
     head                steps, each followed by its marker                      tail
     "What is 2+3? "  |  "2+3 = 5 ки" "\n" "The answer is 5 ки"                |  ""
@@ -12,11 +13,17 @@ The whole text is tokenized once (tokenizing pieces separately and adding length
 wrong where a tokenizer merges across piece boundaries). A marker's token is the token
 that holds the marker's last character; it must have the marker's id. Where a tokenizer
 merged the marker with its neighbour, the marker's span is searched for the id instead,
-and a marker that is nowhere to be found is an error naming the step.
+and a marker that is nowhere to be found is an error naming the step. `tokenize_pieces`
+is the other way, for PRMs trained on it: each piece encoded alone, the marker's id put
+between them.
+
+Chat-framed PRMs render their messages with a `SENTINEL` where a marker (or the steps)
+goes; `chat_pieces` splits the rendered text there, and `join_marked` puts the markers in.
 """
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple, Sequence
 
 
@@ -31,20 +38,24 @@ class MarkedText(NamedTuple):
 
 def mark_steps(head: str, steps: Sequence[str], marker: str, between: str, tail: str = "") -> MarkedText:
     """`head + step0 + marker + between + step1 + marker + ... + tail`, with marker spans."""
-    parts = [head]
+    if not steps:
+        return MarkedText(head + tail, [])
+    return join_marked([head + steps[0], *(between + s for s in steps[1:]), tail], marker)
+
+
+def join_marked(pieces: Sequence[str], marker: str) -> MarkedText:
+    """`pieces[0] + marker + pieces[1] + marker + ... + pieces[-1]`, with marker spans.
+
+        pieces  "Q? a"  |  "\nb"  |  ""         marker " ки"
+        text    "Q? a ки\nb ки"
+                     ^^^    ^^^   spans (4, 7), (9, 12)
+    """
     spans = []
-    pos = len(head)
-    for i, step in enumerate(steps):
-        if i:
-            parts.append(between)
-            pos += len(between)
-        parts.append(step)
-        pos += len(step)
-        parts.append(marker)
+    pos = len(pieces[0])
+    for piece in pieces[1:]:
         spans.append((pos, pos + len(marker)))
-        pos += len(marker)
-    parts.append(tail)
-    return MarkedText("".join(parts), spans)
+        pos += len(marker) + len(piece)
+    return MarkedText(marker.join(pieces), spans)
 
 
 def clean_step(step: str, marker: str, strip: bool) -> str:
@@ -100,6 +111,27 @@ def tokenize_marked(tokenizer, marked: MarkedText, marker_id: int, add_special_t
     return ids, positions
 
 
+def tokenize_pieces(tokenizer, marked: MarkedText, marker_id: int, add_special_tokens: bool) -> tuple[list[int], list[int]]:
+    """(token ids, index of each marker's token), encoding the text between markers piece by
+    piece and each marker as `marker_id` itself (Skywork-PRM's reference builds its input
+    this way), so a marker such as "\n" never merges with the text before it. Special
+    tokens (BOS) are added to the first piece only.
+
+        "Q\n" | "step 1" [marker] | "step 2" [marker] | ""
+         encode   encode   id        encode   id        encode
+    """
+    ids: list[int] = []
+    positions = []
+    prev = 0
+    for i, (start, end) in enumerate(marked.spans):
+        ids += tokenizer.encode(marked.text[prev:start], add_special_tokens=add_special_tokens and i == 0)
+        positions.append(len(ids))
+        ids.append(marker_id)
+        prev = end
+    ids += tokenizer.encode(marked.text[prev:], add_special_tokens=False)
+    return ids, positions
+
+
 def _search_span(ids, offsets, start, end, marker_id, step) -> int:
     """The last token with `marker_id` among the tokens overlapping [start, end)."""
     hits = [i for i, (a, b) in enumerate(offsets) if a < end and b > start and ids[i] == marker_id]
@@ -121,3 +153,31 @@ def split_template(template: str, key: str) -> tuple[str, str]:
         raise ValueError(f"option {key!r} = {template!r} must contain {{question}} and exactly one {{steps}}")
     head, tail = template.split("{steps}")
     return head, tail
+
+
+SENTINEL = "\x00ETS_MARK\x00"   # stands for a marker while a chat template is rendered
+
+
+def chat_pieces(tokenizer, messages: list[dict[str, str]], chat_template: str | None = None) -> list[str]:
+    """Render `messages` with the chat template; return the text split where a message's
+    content was `SENTINEL` (so n sentinels give n + 1 pieces, e.g. for `join_marked`).
+
+    The template's own special tokens (BOS, turn headers) are in the pieces, so the text is
+    tokenized without adding special tokens again.
+    """
+    text = tokenizer.apply_chat_template(messages, chat_template=chat_template, tokenize=False, add_generation_prompt=False)
+    pieces = text.split(SENTINEL)
+    expected = sum(m["content"] == SENTINEL for m in messages) + 1
+    if len(pieces) != expected:
+        raise MarkerError(
+            f"the chat template rendered {len(pieces) - 1} of the {expected - 1} marked turns; "
+            "it must keep every message's content as it is"
+        )
+    return pieces
+
+
+def fill(template: str, **values: str) -> str:
+    """`template` with each `{key}` of `values` replaced in one pass; any other braces
+    (LaTeX's `\\boxed{}`, or a `{step}` inside a question) stay as they are."""
+    pattern = re.compile("|".join(re.escape("{" + key + "}") for key in values))
+    return pattern.sub(lambda m: values[m.group(0)[1:-1]], template)

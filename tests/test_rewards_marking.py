@@ -3,7 +3,9 @@
 import pytest
 
 from rewards.backends import shared_prefixes
-from rewards.marking import MarkerError, mark_steps, split_template, tokenize_marked
+from rewards.marking import (
+    SENTINEL, MarkerError, chat_pieces, fill, join_marked, mark_steps, split_template, tokenize_marked, tokenize_pieces,
+)
 
 
 class FakeTokenizer:
@@ -76,3 +78,52 @@ def test_math_shepherd_style_pieces_are_found():
     assert tok.convert_ids_to_tokens([tag, token_id(tok, "+", "good token")]) == ["▁ки", "▁+"]
     ids, positions = tokenize_marked(tok, mark_steps("Q? ", ["a = 1", "b + 2"], " ки", "\n"), tag, True)
     assert ids[0] == 1 and [ids[p] for p in positions] == [tag, tag] and positions[-1] == len(ids) - 1
+
+
+def merging_tokenizer():
+    """Byte-level BPE whose one merge is "." + "\n" -> ".\n" (as Qwen's tokenizer merges them)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {sym: i for i, sym in enumerate(alphabet)}
+    vocab[".Ċ"] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[(".", "Ċ")]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=core)
+
+
+def test_join_marked_puts_a_marker_between_pieces():
+    marked = join_marked(["Q? a", "\nb", ""], " ки")
+    assert marked.text == "Q? a ки\nb ки" and marked.spans == [(4, 7), (9, 12)]
+    assert join_marked(["only"], "+") == ("only", [])
+    assert mark_steps("H", [], "+", "\n", "T") == ("HT", [])
+
+
+def test_pieces_keep_a_marker_that_the_whole_text_merges():
+    tok = merging_tokenizer()
+    newline = tok.encode("\n")[0]
+    marked = mark_steps("Q\n", ["a.", "b."], "\n", "")          # "Q\na.\nb.\n": ".\n" merges
+    with pytest.raises(MarkerError, match="merged"):
+        tokenize_marked(tok, marked, newline, False)
+    ids, positions = tokenize_pieces(tok, marked, newline, False)
+    assert ids == tok.encode("Q\n") + tok.encode("a.") + [newline] + tok.encode("b.") + [newline]
+    assert positions == [4, 7] and all(ids[p] == newline for p in positions)
+
+
+def test_chat_pieces_split_where_the_sentinels_were():
+    from ets.models.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": SENTINEL},
+                {"role": "user", "content": "r"}, {"role": "assistant", "content": SENTINEL}]
+    assert chat_pieces(tok, messages) == ["<user>q<assistant>", "<user>r<assistant>", ""]
+    dropping = "{% for m in messages %}{% if m['role'] == 'user' %}{{ m['content'] }}{% endif %}{% endfor %}"
+    with pytest.raises(MarkerError, match="rendered 0 of the 2 marked turns"):
+        chat_pieces(tok, messages, dropping)
+
+
+def test_fill_replaces_only_the_named_placeholders_in_one_pass():
+    assert fill("{question} {step}", question="Is {step} \\boxed{x}?", step="a") == "Is {step} \\boxed{x}? a"
