@@ -9,7 +9,11 @@ the probability of the positive label there:
 Load options: `trust_remote_code` for models with their own modelling code (Qwen2.5-Math-PRM
 needs it and loads through `AutoModel`); `auto_class`: `auto` reads the config's
 architecture and uses `AutoModelForTokenClassification` for `*ForTokenClassification`
-models, `AutoModel` otherwise. Runs on a plain padded forward (the engine serves causal LMs).
+models, `AutoModel` otherwise. The head is checked when it loads (rewards/heads.py): a
+checkpoint with its own code and no `trust_remote_code`, a bare body, a head initialised at
+random, one output (a value head) or vocabulary logits (a causal LM) fail there, each with
+one line saying what was loaded and what to set. Runs on a plain padded forward (the engine
+serves causal LMs).
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ from dataclasses import dataclass
 
 from ets.config import ConfigError
 from rewards.backends import ForwardBackend
+from rewards.heads import check_outputs, describe, load_pretrained
 from rewards.marker_prm import MarkerPRM
-from rewards.marking import MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id
+from rewards.marking import SENTINEL, MarkedText, MarkerError, chat_pieces, clean_step, mark_steps, split_template, token_id
 from rewards.options import RewardContext, choice
 
-SENTINEL = "\x00ETS_STEPS\x00"   # stands for the steps while the chat template is rendered
 AUTO_CLASSES = ("auto", "token_classification", "model")
 
 
@@ -30,7 +34,7 @@ AUTO_CLASSES = ("auto", "token_classification", "model")
 class TokenClassificationOptions:
     separator: str = "<extra_0>"      # one token, appended to every step
     positive_label: int = 1           # index of the "step is good" class
-    num_labels: int | None = None     # default: the model's config.num_labels
+    num_labels: int | None = None     # checked against the head's outputs (default: whatever it has, >= 2)
     chat_template: bool = True        # wrap in the tokenizer's chat template, when it has one
     system_prompt: str = "Please reason step by step, and put your final answer within \\boxed{}."
     template: str = "{question}\n{steps}"  # used when there is no chat template
@@ -57,12 +61,14 @@ class TokenClassificationOptions:
 class TokenClassificationPRM(MarkerPRM):
     Options = TokenClassificationOptions
 
-    def __init__(self, model, tokenizer, options: TokenClassificationOptions, name: str = "token_classification"):
+    def __init__(self, model, tokenizer, options: TokenClassificationOptions, name: str = "token_classification",
+                 num_labels: int | None = None):
+        """`num_labels`: the head's outputs, as `load_token_classifier` measured them."""
         try:
             sep_id = token_id(tokenizer, options.separator, "step separator")
         except MarkerError as exc:
             raise ConfigError(f"reward {name!r}: {exc}") from exc
-        num_labels = options.num_labels or getattr(model.config, "num_labels", 2)
+        num_labels = num_labels or options.num_labels or getattr(model.config, "num_labels", 2)
         if options.positive_label >= num_labels:
             raise ConfigError(f"reward {name!r}: positive_label {options.positive_label} but the head has {num_labels} labels")
         self.options = options
@@ -85,35 +91,24 @@ class TokenClassificationPRM(MarkerPRM):
         messages = [{"role": "user", "content": question}, {"role": "assistant", "content": SENTINEL}]
         if self.options.system_prompt:
             messages.insert(0, {"role": "system", "content": self.options.system_prompt})
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-        head, _, tail = text.partition(SENTINEL)
+        head, tail = chat_pieces(self.tokenizer, messages)
         return head, tail
 
     @classmethod
     def from_config(cls, options: TokenClassificationOptions, ctx: RewardContext):
         if ctx.model is None:
             raise ConfigError(f"reward {ctx.name!r} needs a model: set reward.model to a token-classification PRM")
-        model, tokenizer = load_token_classifier(ctx.model, options, ctx)
-        return cls(model, tokenizer, options, ctx.name)
+        model, tokenizer, num_labels = load_token_classifier(ctx.model, options, ctx)
+        return cls(model, tokenizer, options, ctx.name, num_labels)
 
 
 def load_token_classifier(path: str, options: TokenClassificationOptions, ctx: RewardContext):
-    """(model in eval mode, tokenizer) with the Auto class the options or the config ask for."""
-    import transformers
-
-    from ets.models.load import ModelLoadError, check_model_exists, resolve_dtype
-
-    check_model_exists(path)
-    remote = options.trust_remote_code
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=remote)
-    config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=remote)
-    kind = options.auto_class
-    if kind == "auto":
-        archs = getattr(config, "architectures", None) or []
-        kind = "token_classification" if any(a.endswith("ForTokenClassification") for a in archs) else "model"
-    auto = {"token_classification": transformers.AutoModelForTokenClassification, "model": transformers.AutoModel}[kind]
-    try:
-        model = auto.from_pretrained(path, dtype=resolve_dtype(options.dtype or ctx.dtype), trust_remote_code=remote)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"reward {ctx.name!r}: could not load {path!r} with {auto.__name__}: {exc}") from exc
-    return model.to(options.device or ctx.device).eval(), tokenizer
+    """(model in eval mode, tokenizer, number of labels), its head checked (rewards/heads.py):
+    trained weights, all of the checkpoint used, and 2 or more label outputs (`num_labels` if set)."""
+    loaded = load_pretrained(path, options.auto_class, name=ctx.name, trust_remote_code=options.trust_remote_code,
+                             dtype=options.dtype or ctx.dtype, device=options.device or ctx.device)
+    num_labels = check_outputs(loaded, ctx.name, "labels")
+    if options.num_labels not in (None, num_labels):
+        raise ConfigError(f"reward {ctx.name!r}: option num_labels = {options.num_labels} but the head of {describe(loaded)} "
+                          f"has {num_labels} outputs; set num_labels: {num_labels} or leave it out")
+    return loaded.model, loaded.tokenizer, num_labels

@@ -77,3 +77,23 @@ def test_missing_separator_or_bad_label_fails_at_load(checkpoint):
         build(checkpoint, separator="<extra_9>")
     with pytest.raises(ConfigError, match="positive_label 2"):
         build(checkpoint, positive_label=2)
+
+
+def test_a_prm_with_its_own_code_loads_with_trust_remote_code_and_reads_its_head(tmp_path):
+    """Qwen2.5-Math-PRM's layout: `Qwen2ForProcessRewardModel` in the checkpoint's own code."""
+    from rewards.base import RewardError
+    from tests import tiny_prms
+
+    path = tiny_prms.qwen_math_prm(tmp_path)
+    with pytest.raises(RewardError, match="set reward.options.trust_remote_code: true"):
+        build(path)
+    prm = build(path, trust_remote_code=True)
+    assert type(prm.backend.model).__name__ == "Qwen2ForProcessRewardModel"
+    assert prm.render("Q?", ["a\n\n"]).text == (
+        "<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n"
+        "<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\na<extra_0><|im_end|>\n"
+    )
+    ids, positions = prm.encode(QUESTIONS[0], TRAJS[0][0])
+    with torch.no_grad():
+        logits = prm.backend.model(input_ids=torch.tensor([ids])).logits[0, positions]
+    assert prm([QUESTIONS[0]], [TRAJS[0][:1]])[0][0] == pytest.approx(torch.softmax(logits, -1)[:, 1].tolist(), abs=1e-5)
