@@ -32,6 +32,8 @@ ENTRY_POINT_GROUP = "ets.rewards"
 BUILTINS: dict[str, str] = {
     "step_tag": "rewards.step_tag:StepTagPRM",
     "token_classification": "rewards.token_classification:TokenClassificationPRM",
+    "value_head": "rewards.value_head:ValueHeadPRM",
+    "chat_judgement": "rewards.chat_judgement:ChatJudgementPRM",
     "verifier": "rewards.verifier:Verifier",
 }
 
