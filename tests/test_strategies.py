@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from ets.config import ConfigError
 from search import available, build, canonical_name
 from search.dvts import contiguous_groups
 from search.rebase import allocate
@@ -11,7 +12,7 @@ from tests.helpers import add_children, config, frontier, tree_with_children
 
 
 def test_registry_lists_known_names_on_unknown():
-    with pytest.raises(KeyError) as err:
+    with pytest.raises(ConfigError) as err:  # a user's mistake, reported as one line
         canonical_name("nope")
     for name in ("beam", "best_of_n", "dvts", "rebase"):
         assert name in str(err.value)

@@ -30,12 +30,13 @@ def test_sweep_writes_every_pair_and_resumes(tmp_path, capsys):
 
     # Interrupt one pair mid-way: drop its last problem. The rerun redoes only that one.
     pair = out / "rebase_w3.jsonl"
+    all_ids = sorted(json.loads(l)["id"] for l in pair.read_text().splitlines())
     kept = pair.read_text().splitlines()[0]
     pair.write_text(kept + "\n")
     untouched = (out / "beam_w2.jsonl").read_text()
     assert sweep(out) == 0
     ids = [json.loads(l)["id"] for l in pair.read_text().splitlines()]
-    assert sorted(ids) == ["0", "1"] and pair.read_text().startswith(kept)
+    assert len(all_ids) == 2 and sorted(ids) == all_ids and pair.read_text().startswith(kept)
     assert (out / "beam_w2.jsonl").read_text() == untouched
     assert len(list(csv.DictReader((out / "table.csv").open()))) == 4
 
@@ -48,3 +49,18 @@ def test_bad_sweep_fails_before_any_work(tmp_path, capsys, flag, value, words):
     assert main(argv) == 2
     assert words in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_row_reads_the_policys_memory_not_engine_counters():
+    from ets.app.sweep import pair_config, pair_row
+    from ets.config import load_config
+
+    config = pair_config(load_config(TINY), "beam", 2, Path("out"))
+    summary = {"accuracy": 0.5, "policy_stats": {"peak_live_kv_tokens": 1}, "reward_stats": {"pool_kv_tokens": 9},
+               "policy_memory": {"capacity_tokens": 100, "live_tokens": 0, "peak_live_tokens": 40, "mean_live_tokens": 25.0}}
+    row = pair_row(config, summary)
+    assert (row["peak_kv_tokens"], row["mean_kv_tokens"]) == (40, 25.0)
+    assert not {"policy_stats", "policy_memory", "reward_stats"} & set(row) and row["accuracy"] == 0.5
+    # A backend that measures no live KV (the transformers baseline): the table says n/a.
+    none = {"capacity_tokens": None, "live_tokens": 0, "peak_live_tokens": None, "mean_live_tokens": None}
+    assert pair_row(config, {"policy_memory": none})["peak_kv_tokens"] is None
