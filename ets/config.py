@@ -58,18 +58,23 @@ def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
 def _positive(key: str, value: Any, zero_ok: bool = False) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (value >= 0 if zero_ok else value > 0)
     if not ok:
-        # YAML 1.1 reads 1e-6 (no dot) as text; a command-line override is parsed as a float.
-        hint = f" (in YAML write {_float_text(value)})" if isinstance(value, str) and _FLOAT_TEXT.match(value) else ""
-        raise ConfigError(f"{key}: {value!r} must be a number {'>= 0' if zero_ok else '> 0'}{hint}")
+        raise ConfigError(f"{key}: {value!r} must be a number {'>= 0' if zero_ok else '> 0'}")
 
 
-# A float in scientific notation without a dot (1e-6, 5E3): YAML 1.1 leaves it a string.
-_FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+class _YAMLLoader(yaml.SafeLoader):
+    """YAML as a user writes it: `1e-6` is a float, as in YAML 1.2 and Python (PyYAML's
+    YAML 1.1 rules read a float without a dot as text)."""
 
 
-def _float_text(text: str) -> str:
-    mantissa, _, exponent = text.lower().partition("e")
-    return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent}"
+_YAMLLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def read_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_YAMLLoader)
 
 
 def _integer(key: str, value: Any, minimum: int) -> None:
@@ -116,6 +121,10 @@ class SearchConfig:
             raise ConfigError(f"seed: {self.seed!r} must be below 2**63 ({2**63})")
         if self.fixed_width is not None:
             _integer("fixed_width", self.fixed_width, 1)
+            if self.method == "dvts" and self.fixed_width > self.width:
+                # each of the fixed_width subtrees gets width // fixed_width = 0 of the width
+                raise ConfigError(f"fixed_width: {self.fixed_width} DVTS subtrees cannot share width {self.width} "
+                                  f"(each would get 0); use fixed_width <= width")
         if self.kv_budget is not None:
             _integer("kv_budget", self.kv_budget, 1)
         _positive("temperature", self.temperature, zero_ok=True)
@@ -252,10 +261,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:
         raise ConfigError(f"override {item!r} must look like key=value (e.g. width=32 or policy.model=PATH)")
     key, _, text = item.partition("=")
-    if _FLOAT_TEXT.match(text.strip()):
-        return key.strip().split("."), float(text)  # 1e-6: a float, as in YAML 1.2 and Python
     try:
-        value = yaml.safe_load(text) if text != "" else ""
+        value = read_yaml(text) if text != "" else ""
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"override {item!r}: the value is not valid YAML ({problem}); "
@@ -286,7 +293,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist; pass --config with a YAML file")
         try:
-            loaded = yaml.safe_load(path.read_text())
+            loaded = read_yaml(path.read_text())
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
         if loaded is not None and not isinstance(loaded, Mapping):

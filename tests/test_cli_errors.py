@@ -113,13 +113,13 @@ def test_scientific_float_override_is_a_float(tmp_path):
     assert made["search.lp_time_limit"] == 1e-6 and made["search.lambda_c"] == 2.0
 
 
-def test_scientific_float_in_a_config_file_says_how_to_write_it(tmp_path, capsys):
+def test_scientific_float_in_a_config_file_is_a_float(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(TINY.read_text().replace("./data/tiny.jsonl", str(ROOT / "configs/data/tiny.jsonl"))
-                   + "lp_time_limit: 1e-6\n")
-    msg = one_line_error(capsys, main(["run", "--quiet", "--config", str(cfg), f"output={tmp_path / 'r.jsonl'}"]))
-    assert "lp_time_limit" in msg and "1.0e-6" in msg
-    assert tree(tmp_path) == ["c.yaml"]
+                   + "lp_time_limit: 1e-6\nlambda_c: 5E-1\n")
+    assert main(["run", "--quiet", "--config", str(cfg), f"output={tmp_path / 'r.jsonl'}", "data.limit=1"]) == 0
+    made = json.loads((tmp_path / "r.config.json").read_text())["compared"]
+    assert made["search.lp_time_limit"] == 1e-6 and made["search.lambda_c"] == 0.5
 
 
 @pytest.mark.parametrize("override", ["width=[1", "reward.options={a: 1", 'policy.model="tiny'])
@@ -257,3 +257,10 @@ def test_log_level_and_quiet(tmp_path, capsys):
     finally:
         root.setLevel(saved)
         hf_logging.set_verbosity_warning()
+
+
+def test_dvts_with_more_subtrees_than_width_is_refused(tmp_path, capsys):
+    """fixed_width > width gave every DVTS subtree 0 of the width: no trajectory at all."""
+    msg = one_line_error(capsys, run_cli(f"output={tmp_path / 'r.jsonl'}", "method=dvts", "width=4", "fixed_width=8"))
+    assert "fixed_width" in msg and "<= width" in msg
+    assert tree(tmp_path) == []
