@@ -45,10 +45,11 @@ class Loaded(NamedTuple):
 
 
 def load_pretrained(path: str, auto_class: str, *, name: str, trust_remote_code: bool, dtype, device: str,
-                    may_leave: tuple[str, ...] = ()) -> Loaded:
+                    may_leave: tuple[str, ...] = (), check_tokenizer=None) -> Loaded:
     """Load `path` with `AUTO_CLASSES[auto_class]` ("auto": token_classification for a
     `*ForTokenClassification` checkpoint, else the bare `AutoModel`), checked by 1 and 2.
-    `may_leave`: prefixes of checkpoint weights that may stay unused (the caller reads them)."""
+    `may_leave`: prefixes of checkpoint weights that may stay unused (the caller reads them);
+    `check_tokenizer(tokenizer)` runs before the weights load (a wrong marker fails fast)."""
     import transformers
 
     from ets.models.load import ModelLoadError, check_model_exists, resolve_dtype
@@ -59,6 +60,8 @@ def load_pretrained(path: str, auto_class: str, *, name: str, trust_remote_code:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"reward {name!r}: could not read the config and tokenizer of {path!r}: {_one_line(exc)}") from exc
+    if check_tokenizer is not None:
+        check_tokenizer(tokenizer)
     architecture = (getattr(config, "architectures", None) or [type(config).__name__])[0]
     if auto_class == "auto":
         auto_class = "token_classification" if architecture.endswith("ForTokenClassification") else "model"

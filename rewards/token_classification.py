@@ -64,10 +64,7 @@ class TokenClassificationPRM(MarkerPRM):
     def __init__(self, model, tokenizer, options: TokenClassificationOptions, name: str = "token_classification",
                  num_labels: int | None = None):
         """`num_labels`: the head's outputs, as `load_token_classifier` measured them."""
-        try:
-            sep_id = token_id(tokenizer, options.separator, "step separator")
-        except MarkerError as exc:
-            raise ConfigError(f"reward {name!r}: {exc}") from exc
+        sep_id = separator_id(tokenizer, options, name)
         num_labels = num_labels or options.num_labels or getattr(model.config, "num_labels", 2)
         if options.positive_label >= num_labels:
             raise ConfigError(f"reward {name!r}: positive_label {options.positive_label} but the head has {num_labels} labels")
@@ -102,11 +99,19 @@ class TokenClassificationPRM(MarkerPRM):
         return cls(model, tokenizer, options, ctx.name, num_labels)
 
 
+def separator_id(tokenizer, options: TokenClassificationOptions, name: str) -> int:
+    try:
+        return token_id(tokenizer, options.separator, "step separator")
+    except MarkerError as exc:
+        raise ConfigError(f"reward {name!r}: {exc}") from exc
+
+
 def load_token_classifier(path: str, options: TokenClassificationOptions, ctx: RewardContext):
     """(model in eval mode, tokenizer, number of labels), its head checked (rewards/heads.py):
     trained weights, all of the checkpoint used, and 2 or more label outputs (`num_labels` if set)."""
     loaded = load_pretrained(path, options.auto_class, name=ctx.name, trust_remote_code=options.trust_remote_code,
-                             dtype=options.dtype or ctx.dtype, device=options.device or ctx.device)
+                             dtype=options.dtype or ctx.dtype, device=options.device or ctx.device,
+                             check_tokenizer=lambda tok: separator_id(tok, options, ctx.name))
     num_labels = check_outputs(loaded, ctx.name, "labels")
     if options.num_labels not in (None, num_labels):
         raise ConfigError(f"reward {ctx.name!r}: option num_labels = {options.num_labels} but the head of {describe(loaded)} "

@@ -136,7 +136,8 @@ def _load_value_head(path: str, options: ValueHeadOptions, ctx: RewardContext):
     auto_class = {"auto": "auto", "token_classification": "token_classification", "weights": "model"}[options.head]
     loaded = load_pretrained(path, auto_class, name=ctx.name, trust_remote_code=options.trust_remote_code,
                              dtype=options.dtype or ctx.dtype, device=options.device or ctx.device,
-                             may_leave=(prefix + ".", "lm_head.", "embed_out."))
+                             may_leave=(prefix + ".", "lm_head.", "embed_out."),
+                             check_tokenizer=lambda tok: marker_token(tok, options, ctx.name))
     if getattr(loaded.model, "base_model", loaded.model) is loaded.model:   # a bare body: the head is in the weights
         loaded = loaded._replace(model=_with_head(loaded, prefix, ctx.name))
     check_outputs(loaded, ctx.name, "value")

@@ -103,12 +103,13 @@ MISCONFIGURED = {
     "label count option": (
         "token_classification", "token_classifier", {"num_labels": 3},
         ["option num_labels = 3 but the head", "has 2 outputs"]),
+    # (a separator the tokenizer has: tokens are checked first, before the weights load)
     "causal LM as token classification": (
-        "token_classification", "causal_lm", {},
+        "token_classification", "causal_lm", {"separator": " ки"},
         ["(a LlamaForCausalLM) loaded as LlamaModel left the checkpoint's weights lm_head.weight unused",
          "use reward.name: step_tag or chat_judgement"]),
     "causal LM forced to a classifier": (
-        "token_classification", "causal_lm", {"auto_class": "token_classification"},
+        "token_classification", "causal_lm", {"separator": " ки", "auto_class": "token_classification"},
         ["loaded as LlamaForTokenClassification has no trained weights for score.bias, score.weight"]),
     "two-label head as a value head": (
         "value_head", "token_classifier", {},
@@ -117,7 +118,7 @@ MISCONFIGURED = {
         "value_head", "causal_lm", {},
         ["has no value head: no weights v_head.summary.weight", "head: lm_logit or lm_mean"]),
     "value head as token classification": (
-        "token_classification", "skywork_prm", {},
+        "token_classification", "skywork_prm", {"separator": " ки"},
         ["v_head.summary.bias, v_head.summary.weight unused", "use reward.name: value_head"]),
     "no chat template": (
         "chat_judgement", "tiny:llama", {},
