@@ -59,7 +59,8 @@ def load_pretrained(path: str, auto_class: str, *, name: str, trust_remote_code:
         config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"reward {name!r}: could not read the config and tokenizer of {path!r}: {_one_line(exc)}") from exc
+        hint = "; set reward.options.trust_remote_code: true" if "trust_remote_code" in str(exc) and not trust_remote_code else ""
+        raise ModelLoadError(f"reward {name!r}: could not read the config and tokenizer of {path!r}: {_one_line(exc)}{hint}") from exc
     if check_tokenizer is not None:
         check_tokenizer(tokenizer)
     architecture = (getattr(config, "architectures", None) or [type(config).__name__])[0]
