@@ -19,18 +19,8 @@ from ets.data import load_problems
 from ets.app.jsonl import read_records
 from ets.app.output import open_output, read_json, summary_path, write_json_atomic
 from ets.policy.base import Policy
+from ets.policy.build import build_policy
 from search import build as build_strategy
-
-
-def build_policy(config: RunConfig) -> Policy:
-    """The policy backend the config names: the engine, or the plain-transformers baseline."""
-    if config.policy.backend == "hf":
-        from ets.policy.hf import HFPolicy
-
-        return HFPolicy.from_config(config.policy, config.search)
-    from ets.policy.engine import EnginePolicy
-
-    return EnginePolicy.from_config(config.policy, config.search)
 
 
 def build_reward_for(config: RunConfig, policy: Policy):
@@ -54,7 +44,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
         elapsed = 0.0
         if todo:
             # Models load before the clock starts: throughput measures the search alone.
-            policy = policy or build_policy(config)
+            policy = policy or build_policy(config.policy, config.search)
             reward = reward or build_reward_for(config, policy)
             strategy = build_strategy(config.search)
             strategy.warm_up()

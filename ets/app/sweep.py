@@ -73,7 +73,8 @@ def run_sweep(
 ) -> list[dict[str, Any]]:
     """Run every pair (methods x widths); returns the table rows, writes table and plots."""
     from ets.app.report import markdown_table, plot_methods, plot_sweep, write_csv
-    from ets.app.run import build_policy, build_reward_for, run
+    from ets.app.run import build_reward_for, run
+    from ets.policy.build import build_policy
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -84,7 +85,7 @@ def run_sweep(
         # pool and the PRM's own) that pair's alone, and a PRM that scores on the policy's
         # engine (share_policy_engine) on this pair's engine, not the first pair's.
         if policy is None or fresh_policy_per_pair:
-            policy = build_policy(config)
+            policy = build_policy(config.policy, config.search)
             reward = build_reward_for(config, policy)
         summary = run(config, show_progress=show_progress, policy=policy, reward=reward)
         rows.append(pair_row(config, summary))

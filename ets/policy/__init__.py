@@ -4,10 +4,11 @@
     steps.py    prompt formatting and step cutting, shared by every backend
     engine.py   `EnginePolicy`: the policy on the prefix-sharing engine (ets/engine)
     hf.py       `HFPolicy`: plain `transformers` generate, the correctness and speed baseline
+    build.py    `build_policy`: the backend a `PolicyConfig` names
 
 Backends are imported from their modules (they load torch and transformers).
 """
 
-from ets.policy.base import ExpandRequest, Policy, Step
+from ets.policy.base import ExpandRequest, KVMemory, Policy, Prompt, Step
 
-__all__ = ["ExpandRequest", "Policy", "Step"]
+__all__ = ["ExpandRequest", "KVMemory", "Policy", "Prompt", "Step"]
