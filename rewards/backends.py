@@ -20,6 +20,8 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
+from ets.engine.prefix import prefix_levels
+
 
 def engine_available() -> bool:
     """Whether `ets.engine` can be imported here."""
@@ -170,7 +172,7 @@ class EngineBackend:
 
         # Tokens after the last wanted position cannot change its row: leave them out.
         todo = {i: sequences[i][: m[-1] + 1] for i in range(len(sequences)) if (m := missing(i))}
-        for level in shared_prefixes(list(todo.values()), self.min_shared_tokens):
+        for level in prefix_levels(list(todo.values()), self.min_shared_tokens):
             wanted = []
             for prefix in level:
                 sharing = [i for i, s in todo.items() if s[: len(prefix)] == prefix]
@@ -218,26 +220,3 @@ def _prefix_digests(tokens: list[int], positions: list[int]) -> list[bytes]:
         out[p] = h.copy().digest()
     return [out[p] for p in positions]
 
-
-def shared_prefixes(sequences: list[list[int]], min_tokens: int) -> list[list[list[int]]]:
-    """The prefixes that two or more sequences share (branch points of their token trie),
-    at least `min_tokens` long, in levels: no prefix shares a level with a prefix of itself.
-
-        A = q q q h h x      sorted neighbours' common prefixes: q q q h h (A, B)
-        B = q q q h h y                                          q q q     (B, C)
-        C = q q q z          -> levels [[q q q], [q q q h h]]
-    """
-    ordered = sorted(sequences)
-    found = set()
-    for a, b in zip(ordered, ordered[1:]):
-        n = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            n += 1
-        if n >= min_tokens:
-            found.add(tuple(a[:n]))
-    level: dict[tuple, int] = {}
-    for p in sorted(found, key=len):
-        level[p] = 1 + max((level[q] for q in level if len(q) < len(p) and p[: len(q)] == q), default=-1)
-    return [[list(p) for p in level if level[p] == k] for k in range(1 + max(level.values(), default=-1))]

@@ -2,7 +2,6 @@
 
 import pytest
 
-from rewards.backends import shared_prefixes
 from rewards.marking import (
     SENTINEL, MarkerError, chat_pieces, fill, join_marked, mark_steps, split_template, tokenize_marked, tokenize_pieces,
 )
@@ -45,14 +44,6 @@ def test_template_needs_question_and_one_steps_placeholder():
     for bad in ("{steps}", "{question}", "{question}{steps}{steps}"):
         with pytest.raises(ValueError, match="template"):
             split_template(bad, "template")
-
-
-def test_shared_prefixes_are_the_branch_points_in_levels():
-    q, h = [1] * 8, [2] * 8
-    a, b, c = q + h + [3], q + h + [4], q + [5]
-    assert shared_prefixes([a, b, c], min_tokens=8) == [[q], [q + h]]
-    assert shared_prefixes([a, b, c], min_tokens=9) == [[q + h]]
-    assert shared_prefixes([[1, 2], [3, 4]], min_tokens=1) == []
 
 
 def sentencepiece_like_tokenizer():
