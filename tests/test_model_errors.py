@@ -64,3 +64,23 @@ def test_gemma2_on_the_engine_says_to_use_the_hf_backend(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "soft-capping (Gemma-2)" in err[0] and "policy.backend: hf" in err[0], err
     assert main([*base, f"output={tmp_path / 'hf.jsonl'}", "policy.backend=hf"]) == 0
+
+
+def test_a_classifier_checkpoint_as_the_step_tag_prm_is_refused(tmp_path, capsys):
+    """A token-classification checkpoint loaded as a causal LM gets a random lm_head:
+    its step-tag scores would be noise. Refused at load, one line."""
+    from transformers import LlamaConfig, LlamaForTokenClassification
+
+    from ets.models.tiny import build_tokenizer
+
+    tok = build_tokenizer()
+    folder = tmp_path / "classifier"
+    LlamaForTokenClassification(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                            num_labels=2)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    code = main(["run", "--quiet", "--config", str(TINY), f"output={tmp_path / 'r.jsonl'}", "data.limit=1",
+                 f"reward.model={folder}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "has no trained weights for lm_head.weight" in err[0] and "token_classification" in err[0], err

@@ -56,12 +56,21 @@ def load_causal_lm(name_or_path: str, device: str = "cpu", dtype: str | torch.dt
         return model.to(device), tok
     check_model_exists(name_or_path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
+        model, info = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype, output_loading_info=True)
     except (OSError, ValueError) as exc:  # ValueError: a config transformers cannot map to a model
         raise ModelLoadError(
             f"could not load model {name_or_path!r}: {exc}. Pass a local folder in Hugging Face "
             "format, or a hub name on a machine that can reach the hub."
         ) from exc
+    missing = sorted(info["missing_keys"])
+    if missing:  # e.g. a classifier checkpoint: its language-model head would be random noise
+        arch = (getattr(model.config, "architectures", None) or ["?"])[0]
+        raise ModelLoadError(
+            f"model {name_or_path!r} (a {arch}) has no trained weights for {', '.join(missing[:3])}"
+            f"{' ...' if len(missing) > 3 else ''} as a causal language model (they would be random); "
+            "pass a causal-LM checkpoint (*ForCausalLM), or for a classifier PRM use reward.name: "
+            "token_classification or value_head"
+        )
     return model.to(device).eval(), load_tokenizer(name_or_path)
 
 
