@@ -64,3 +64,13 @@ def test_a_row_reads_the_policys_memory_not_engine_counters():
     # A backend that measures no live KV (the transformers baseline): the table says n/a.
     none = {"capacity_tokens": None, "live_tokens": 0, "peak_live_tokens": None, "mean_live_tokens": None}
     assert pair_row(config, {"policy_memory": none})["peak_kv_tokens"] is None
+
+
+def test_relative_to_rebase_says_n_a_for_unknown_throughput():
+    """A summary rebuilt without timings has throughput None: the line says n/a, no nan, no crash."""
+    from ets.app.sweep import relative_to_rebase
+
+    rows = [dict(method="ets", width=4, kv_size_per_problem=50, tokens_per_s=None, problems_per_s=2.0, accuracy=0.5),
+            dict(method="rebase", width=4, kv_size_per_problem=100, tokens_per_s=10.0, problems_per_s=1.0, accuracy=0.25)]
+    assert relative_to_rebase(rows) == [
+        "W=4: ETS vs REBASE: KV size 2.00x smaller, throughput 2.00x problems/s (n/a tokens/s), accuracy +25.0 points"]

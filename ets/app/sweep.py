@@ -106,12 +106,18 @@ def relative_to_rebase(rows: Sequence[dict[str, Any]]) -> list[str]:
         ets, reb = by.get(("ets", width)), by.get(("rebase", width))
         if not ets or not reb:
             continue
-        kv = reb["kv_size_per_problem"] / ets["kv_size_per_problem"] if ets["kv_size_per_problem"] else float("nan")
-        tp = ets["tokens_per_s"] / reb["tokens_per_s"] if reb["tokens_per_s"] else float("nan")
-        pp = ets["problems_per_s"] / reb["problems_per_s"] if reb["problems_per_s"] else float("nan")
+        kv = _ratio(reb["kv_size_per_problem"], ets["kv_size_per_problem"])
+        tp = _ratio(ets.get("tokens_per_s"), reb.get("tokens_per_s"))
+        pp = _ratio(ets.get("problems_per_s"), reb.get("problems_per_s"))
         acc = 100 * (ets["accuracy"] - reb["accuracy"])
         lines.append(
-            f"W={width}: ETS vs REBASE: KV size {kv:.2f}x smaller, throughput {pp:.2f}x problems/s "
-            f"({tp:.2f}x tokens/s), accuracy {acc:+.1f} points"
+            f"W={width}: ETS vs REBASE: KV size {kv} smaller, throughput {pp} problems/s "
+            f"({tp} tokens/s), accuracy {acc:+.1f} points"
         )
     return lines
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    """`a / b` as "1.23x", or "n/a" when either is unknown (a summary rebuilt without
+    timings) or the divisor is 0."""
+    return f"{a / b:.2f}x" if a is not None and b else "n/a"
