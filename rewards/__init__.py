@@ -5,7 +5,8 @@
     scores = prm(questions, trajectories)                     # validated scores[q][t][s]
 
 Built-ins: `step_tag` (Math-Shepherd convention), `token_classification`
-(Qwen2.5-Math-PRM convention), `verifier` (the demo task's exact checker); any
+(Qwen2.5-Math-PRM convention), `value_head` (Skywork-style scalar heads, Llemma readings),
+`chat_judgement` (RLHFlow convention), `verifier` (the demo task's exact checker); any
 `module:attr`; any name an installed package registers under the `ets.rewards` entry points.
 """
 

@@ -7,6 +7,9 @@
     evaluate.py     `ets eval`: accuracy of a results file under an aggregation and vote
     report.py       Markdown / CSV tables and the plots
     jsonl.py        the resumable results file (append, flush, torn-line recovery)
+    output.py       opening an output: path checks, resume or refuse, --overwrite, atomic writes
+    provenance.py   the resolved config beside the results (<name>.config.json), compared on rerun
+    lock.py         one writer per output (flock on <output>.lock)
     ets_results.py  reading the ETS public code's answers.json files into our records
 
 This is the top layer: it may import everything below it; nothing imports it.
