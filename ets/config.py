@@ -36,7 +36,6 @@ METHOD_ALIASES = {
     "bon": "best_of_n",
     "best-of-n": "best_of_n",
 }
-METHODS = ("best_of_n", "beam", "dvts", "rebase", "ets")
 AGGREGATIONS = ("last", "min", "mean", "prod")
 VOTES = ("best", "majority", "weighted")
 COSTS = ("uniform", "tokens")
@@ -86,7 +85,7 @@ def _integer(key: str, value: Any, minimum: int) -> None:
 class SearchConfig:
     """Hyperparameters of one search (ALGORITHMS.md). Defaults follow the ETS public code."""
 
-    method: str = "rebase"            # best_of_n | beam | dvts | rebase | ets (ETS names accepted)
+    method: str = "rebase"            # a registered strategy: best_of_n | beam | dvts | rebase | ets (ETS names accepted)
     width: int = 16                   # W: completed trajectories a search may produce
     temperature: float = 1.0          # policy sampling temperature
     top_p: float = 1.0
@@ -110,7 +109,10 @@ class SearchConfig:
 
     def __post_init__(self) -> None:
         self.method = METHOD_ALIASES.get(self.method, self.method)
-        _choice("method", self.method, METHODS)
+        # Which names exist is the strategy registry's to say (search.available(), checked by
+        # search.build): a strategy registered by a user needs no edit here.
+        if not isinstance(self.method, str) or not self.method:
+            raise ConfigError(f"method: {self.method!r} must be a strategy name, e.g. rebase")
         if self.fixed_width is not None and self.fixed_width <= 0:
             self.fixed_width = None   # the ETS code writes -1 for "not set"
         for key in ("width", "max_step_tokens", "max_tokens", "max_depth"):
@@ -152,9 +154,14 @@ class PolicyConfig:
     step_delimiter: str = "\n\n"      # a step ends here (kept in the step's tokens)
     kv_budget_tokens: int | None = None  # engine: KV pool size in tokens (None: the engine's default)
     max_batch_tokens: int = 8192      # engine: tokens per forward
+    max_context: int | None = None    # tokens a path may hold (None: the model's max_position_embeddings)
+    prompt_overflow: str = "error"    # a prompt that fills the context: error | truncate (keep its last tokens)
 
     def __post_init__(self) -> None:
         _choice("policy.backend", self.backend, ("engine", "hf"))
+        _choice("policy.prompt_overflow", self.prompt_overflow, ("error", "truncate"))
+        if self.max_context is not None:
+            _integer("policy.max_context", self.max_context, 2)
         _choice("policy.dtype", self.dtype, ("float32", "float16", "bfloat16"))
         if "{question}" not in self.prompt_template:
             raise ConfigError("policy.prompt_template must contain the placeholder {question} "

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ets.config import METHOD_ALIASES, SearchConfig
+from ets.config import METHOD_ALIASES, ConfigError, SearchConfig
 from ets.tree import Node, SearchTree
 
 Allocation = dict[int, int]
@@ -81,15 +81,16 @@ def register(name: str) -> Callable[[type[Strategy]], type[Strategy]]:
 
 
 def available() -> list[str]:
-    return sorted(_REGISTRY)
+    """The registered strategies, in registration order (best_of_n, beam, dvts, rebase, ets
+    for the built-ins: the order of the tables)."""
+    return list(_REGISTRY)
 
 
 def canonical_name(name: str) -> str:
     name = METHOD_ALIASES.get(name, name)
     if name not in _REGISTRY:
         aliases = ", ".join(f"{a} -> {b}" for a, b in METHOD_ALIASES.items())
-        from ets.config import ConfigError  # a user's mistake: the command reports it as one line
-
+        # a user's mistake: the command reports it as one line
         raise ConfigError(f"unknown search strategy {name!r}; known: {', '.join(available())} (aliases: {aliases})")
     return name
 

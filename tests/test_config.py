@@ -31,7 +31,6 @@ def test_overrides_reach_every_section(tmp_path):
 @pytest.mark.parametrize(
     "raw, words",
     [
-        ({"select_method": "foo"}, ["method", "'foo'", "best_of_n", "ets"]),
         ({"widht": 3}, ["'widht'", "width"]),
         ({"width": 0}, ["width", ">= 1"]),
         ({"search": {"vote": "all"}}, ["vote", "weighted", "majority"]),
@@ -57,3 +56,14 @@ def test_bad_files(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="key=value"):
         load_config(None, ["width"])
+
+
+def test_an_unknown_method_is_named_with_the_registered_ones():
+    """The strategy registry is the one list of methods: the config only resolves the ETS
+    aliases, and building the strategy names the known ones (in table order)."""
+    import search
+
+    config = config_from_dict({"select_method": "foo"}).search
+    with pytest.raises(ConfigError, match=r"unknown search strategy 'foo'; known: best_of_n, beam, dvts, rebase, ets"):
+        search.build(config)
+    assert config_from_dict({"select_method": "softmax_costmodel"}).search.method == "ets"

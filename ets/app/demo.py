@@ -19,7 +19,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
-from ets.config import METHODS, RunConfig, load_config
+from ets.config import RunConfig, load_config
 from ets.demo import BAD_TOKEN, GOOD_TOKEN, STEP_TAG
 from rewards.step_tag import StepTagOptions, StepTagPRM
 
@@ -38,7 +38,7 @@ def run_demo(
     width: int = 16,
     problems: int = 50,
     out: str | Path = "ets-demo",
-    methods: Sequence[str] = METHODS,
+    methods: Sequence[str] | None = None,
     backend: str = "engine",
     show_progress: bool = True,
     overwrite: bool = False,
@@ -49,7 +49,10 @@ def run_demo(
     from ets.app.sweep import pair_config, run_sweep
     from ets.data import load_problems
 
+    import search
+
     config = demo_config(width, problems, out, backend)
+    methods = list(methods) if methods is not None else search.available()
     check_outputs([pair_config(config, m, width, Path(out)) for m in methods], load_problems(config.data),
                   overwrite=overwrite, way_out=f"pass another --out folder, or --overwrite to start {str(out)!r} afresh")
     return run_sweep(config, methods, [width], out, show_progress=show_progress,

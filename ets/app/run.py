@@ -36,6 +36,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
         overwrite: bool = False) -> dict[str, Any]:
     """Search the problems not yet in `config.output`. An output made by another config is
     refused (ets/app/output.py) unless `overwrite`, which starts it afresh."""
+    strategy = build_strategy(config.search)  # an unknown method fails before anything is read or loaded
     problems = load_problems(config.data)
     with open_output(config, problems, overwrite=overwrite) as writer:
         todo = [p for p in problems if p.id not in writer.done_ids]
@@ -46,7 +47,6 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
             # Models load before the clock starts: throughput measures the search alone.
             policy = policy or build_policy(config.policy, config.search)
             reward = reward or build_reward_for(config, policy)
-            strategy = build_strategy(config.search)
             strategy.warm_up()
             bar = _progress(len(problems), len(problems) - len(todo), config.search.method, show_progress)
 
