@@ -79,8 +79,6 @@ def _demo(args: argparse.Namespace) -> int:
     from ets.app.sweep import parse_methods
 
     methods = _distinct(parse_methods(args.methods), "--methods")
-    if args.width < 1 or args.problems < 1:
-        raise ConfigError("--width and --problems must be >= 1")
     start = time.perf_counter()
     rows = run_demo(args.width, args.problems, args.out, methods, args.backend, show_progress=not args.quiet,
                     overwrite=args.overwrite)

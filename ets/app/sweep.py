@@ -15,12 +15,14 @@ from ets.config import ConfigError, RunConfig
 
 
 def parse_widths(text: str) -> list[int]:
+    """`16,64` -> [16, 64]; each width is validated where every width is, by SearchConfig
+    (`pair_config`)."""
     try:
         widths = [int(w) for w in text.split(",") if w.strip()]
     except ValueError as exc:
         raise ConfigError(f"--widths {text!r}: give integers separated by commas, e.g. 16,64,256") from exc
-    if not widths or min(widths) < 1:
-        raise ConfigError(f"--widths {text!r}: every width must be an integer >= 1")
+    if not widths:
+        raise ConfigError(f"--widths {text!r}: give at least one width, e.g. 16,64,256")
     return widths
 
 
