@@ -12,11 +12,23 @@ known to trip on, each rule documented in `normalize`:
     "Evelyn", "\\text{Evelyn}" -> a word answer (letters only, some word of 4+ letters) is
                                compared as text, case-insensitively: math-verify would read
                                a bare word as a product of symbols, so anagrams would match
+    "\\boxed{\\text{Evelyn}}"   -> a box around the whole answer dropped
+    "10."                      -> a full stop after a number dropped
+
+Decimals are exact. math-verify rounds a decimal and the value it is compared with to 6
+places, so "4.666667" would equal 14/3 and "0.053571" 3/56: a rounded decimal is not the
+exact value it approximates (a false positive of the grader). Here every decimal it parses
+is read as the exact rational it writes (4.666667 = 4666667/1000000), in numbers, tuples,
+intervals, sets, equations and matrices alike: "0.5" equals "\\frac{1}{2}", "0.50" equals
+"0.5", "0.333" and "0.333333" do not equal "\\frac{1}{3}", "3.14159" does not equal "\\pi".
+`float_rounding=N` (`ets eval --float-rounding N`) allows the tolerance back: decimals
+are compared after rounding both sides to N places, as math-verify does (N=6 is its default
+and this grader's behaviour before).
 
 Thousands separators ("70,000", "10,\\!000"), `\\text{ cm}` units, `^\\circ`, `\\dfrac`,
 `x = 5` against `5` and unordered sets are math-verify's own normalisation.
 
-Robustness: `is_equivalent` never raises; garbage is simply not equal. Results are cached.
+Robustness: `is_equivalent` never raises on an answer; garbage is simply not equal. Results are cached.
 
 Timeouts: math-verify bounds each parse and comparison with SIGALRM, which only the main
 thread may set. On the main thread we use that (5 s). Off the main thread (a threaded
@@ -48,6 +60,7 @@ _NUMBER = r"[-+]?(?:\d[\d,]*)?\.?\d+"
 _NUMBER_WORDS = re.compile(rf"^({_NUMBER})\s+((?:[A-Za-z]{{2,}}\.?\s*)+)$")
 _TEXT_WRAP = re.compile(r"^\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}$")
 _WORDS = re.compile(r"^[A-Za-z]+(?:\s+[A-Za-z]+)*$")
+_BOXED_ALL = re.compile(r"^\\(?:boxed|fbox)\s*\{")
 
 
 def _as_words(s: str) -> str | None:
@@ -59,10 +72,30 @@ def _as_words(s: str) -> str | None:
     return None
 
 
+def _unbox(s: str) -> str:
+    """`s` without a `\\boxed{...}` / `\\fbox{...}` that wraps all of it."""
+    while True:
+        m = _BOXED_ALL.match(s)
+        if not m:
+            return s
+        depth = 0
+        for i in range(m.end() - 1, len(s)):
+            if s[i] == "{" and s[i - 1] != "\\":
+                depth += 1
+            elif s[i] == "}" and s[i - 1] != "\\":
+                depth -= 1
+                if depth == 0:
+                    break
+        if i != len(s) - 1 or depth != 0:
+            return s          # the box closes before the end: it does not wrap all of it
+        s = s[m.end():-1].strip()
+
+
 def normalize(answer: str) -> str:
     """The light clean-up applied to both sides before math-verify sees them."""
     s = answer.strip()
     s = s.replace("\\$", "").replace("$", "").strip()
+    s = _unbox(s)
     if s.startswith("\\(") and s.endswith("\\)"):
         s = s[2:-2].strip()
     wrapped = _TEXT_WRAP.match(s)
@@ -71,6 +104,8 @@ def normalize(answer: str) -> str:
     if wrapped and re.match(_NUMBER, wrapped.group(1).strip()):
         s = wrapped.group(1).strip()
     s = re.sub(r"\\?%$", "", s).strip()
+    if re.fullmatch(rf"{_NUMBER}\.", s):   # "10." (a sentence's full stop after the number)
+        s = s[:-1]
     words = _NUMBER_WORDS.match(s)
     if words and words.group(2).strip().lower() != "pi":
         s = words.group(1)
@@ -87,7 +122,25 @@ def _parse(text: str, timeout: int | None):
     return parse("\\boxed{" + text + "}", parsing_timeout=timeout)
 
 
-def _verify_strings(gold: str, pred: str, timeout: int | None) -> bool:
+def _exact(parsed: list) -> list:
+    """math-verify's parse with every decimal read as the rational it writes: exact, so a
+    rounded decimal never equals the value it rounds (module doc, "Decimals are exact")."""
+    from sympy import Basic, Float, MatrixBase, Rational
+
+    def rational(f):
+        return Rational(str(f))
+
+    out = []
+    for item in parsed:
+        if isinstance(item, MatrixBase):
+            item = item.applyfunc(lambda e: e.xreplace({f: rational(f) for f in e.atoms(Float)}))
+        elif isinstance(item, Basic):
+            item = item.xreplace({f: rational(f) for f in item.atoms(Float)})
+        out.append(item)
+    return out
+
+
+def _verify_strings(gold: str, pred: str, timeout: int | None, float_rounding: int | None = None) -> bool:
     """math-verify on two normalised strings. Runs in this process or in the worker."""
     from math_verify import verify
 
@@ -95,7 +148,10 @@ def _verify_strings(gold: str, pred: str, timeout: int | None) -> bool:
         g, p = _parse(gold, timeout), _parse(pred, timeout)
         if not g or not p:
             return False
-        return bool(verify(g, p, timeout_seconds=timeout))
+        if float_rounding is None:
+            g, p = _exact(g), _exact(p)
+            return bool(verify(g, p, timeout_seconds=timeout))
+        return bool(verify(g, p, float_rounding=float_rounding, timeout_seconds=timeout))
     except Exception:  # noqa: BLE001 - a grader must never crash an evaluation
         return False
 
@@ -130,10 +186,10 @@ class _Worker:
                 self._pool = pool
             return self._pool
 
-    def verify(self, gold: str, pred: str) -> bool:
+    def verify(self, gold: str, pred: str, float_rounding: int | None = None) -> bool:
         try:
             pool = self._started()
-            return pool.apply_async(_verify_strings, (gold, pred, TIMEOUT_S)).get(WORKER_TIMEOUT_S)
+            return pool.apply_async(_verify_strings, (gold, pred, TIMEOUT_S, float_rounding)).get(WORKER_TIMEOUT_S)
         except multiprocessing.TimeoutError:
             logger.warning("grading %r vs %r took over %ss; judged unequal", pred, gold, WORKER_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - a dead worker is recreated on the next call
@@ -152,18 +208,23 @@ _worker = _Worker()
 atexit.register(_worker.close)
 
 
-def is_equivalent(predicted: str | None, ground_truth: str | None) -> bool:
-    """Whether `predicted` is mathematically equal to `ground_truth`. Never raises."""
+def is_equivalent(predicted: str | None, ground_truth: str | None, *, float_rounding: int | None = None) -> bool:
+    """Whether `predicted` is mathematically equal to `ground_truth`. Never raises.
+
+    Decimals are exact by default; `float_rounding=N` compares them after rounding to N
+    decimal places (the module doc, "Decimals are exact")."""
     if not isinstance(predicted, str) or not isinstance(ground_truth, str):
         return False  # None (no answer) and non-strings are never equal to anything
+    if float_rounding is not None and (not isinstance(float_rounding, int) or float_rounding < 0):
+        raise ValueError(f"float_rounding must be an integer >= 0 (decimal places) or None, got {float_rounding!r}")
     try:
-        return _is_equivalent(predicted, ground_truth)
+        return _is_equivalent(predicted, ground_truth, float_rounding)
     except _Unsettled:
         return False
 
 
 @functools.lru_cache(maxsize=65536)
-def _is_equivalent(predicted: str, ground_truth: str) -> bool:
+def _is_equivalent(predicted: str, ground_truth: str, float_rounding: int | None = None) -> bool:
     pred, gold = normalize(predicted), normalize(ground_truth)
     if not pred or not gold:
         return False
@@ -175,8 +236,8 @@ def _is_equivalent(predicted: str, ground_truth: str) -> bool:
     if len(pred) > MAX_CHARS or len(gold) > MAX_CHARS:
         return " ".join(pred.split()) == " ".join(gold.split())
     if threading.current_thread() is threading.main_thread():
-        return _verify_strings(gold, pred, TIMEOUT_S)
-    return _worker.verify(gold, pred)
+        return _verify_strings(gold, pred, TIMEOUT_S, float_rounding)
+    return _worker.verify(gold, pred, float_rounding)
 
 
 def answers_match(a: str | None, b: str | None) -> bool:
