@@ -50,11 +50,15 @@ def test_every_strategy_completes_width_trajectories(policy, method):
     assert policy.stats()["expand_calls"] - calls_before == rounds
     assert len(reward.calls) == rounds and reward.calls[0] == 3
     for r in records:
-        # Random tiny models rarely emit an answer, so trajectories end at max_depth: each
-        # of the W units of width ends in exactly one completed trajectory.
-        assert len(r["trajectories"]) == 4
+        # Random tiny models rarely emit an answer, so most trajectories end at max_depth
+        # (a sampled EOS ends one earlier): each of the W units of width ends in one
+        # completed trajectory, or more after an early end where a strategy rounds up (beam
+        # gives each kept beam ceil(remaining / keep) children, as the ETS code does).
+        early = any(t["finish"] != "max_depth" for t in r["trajectories"])
+        assert len(r["trajectories"]) == 4 or (early and len(r["trajectories"]) > 4)
         for t in r["trajectories"]:
-            assert len(t["steps"]) == len(t["step_scores"]) == 3
+            assert len(t["steps"]) == len(t["step_scores"])
+            assert len(t["steps"]) == 3 if t["finish"] == "max_depth" else t["finish"] in ("eos", "answer")
             assert all(0 <= s <= 1 for s in t["step_scores"])
         nodes = r["tree"]["nodes"]
         assert r["generated_tokens"] == sum(n["num_tokens"] for n in nodes[1:])

@@ -26,7 +26,7 @@ def test_engine_policy_matches_hf_policy_greedy(model_tok):
     policy_cfg = PolicyConfig(model="tiny:qwen2", step_delimiter="a")  # a delimiter that occurs
     engine_policy = EnginePolicy(Engine(model, tok, kv_budget_tokens=2048), policy_cfg, search)
     hf_policy = HFPolicy(model, tok, policy_cfg, search)
-    _, prompt = engine_policy.format_prompt("What is 2 + 3?")
+    prompt = engine_policy.format_prompt("What is 2 + 3?").token_ids
     paths = {("q", 0): prompt}
     parent_handles = []
     for depth in range(2):
@@ -89,3 +89,42 @@ def test_search_larger_than_the_pool_finishes_with_the_same_result(model_tok):
     assert stats["evicted_tokens"] + stats["spilled_handles"] + stats["preempted"] > 0
     assert stats["peak_kv_tokens"] <= 40
     tiny_pool.check()
+
+
+# ---- a request's own seed and sampling settings ----
+
+def _both(model, tok, built: SearchConfig):
+    """Both backends, built with `built` (the settings a call may override)."""
+    policy_cfg = PolicyConfig(model="tiny:qwen2", step_delimiter="a")
+    return {"engine": EnginePolicy(Engine(model, tok, kv_budget_tokens=4096), policy_cfg, built),
+            "hf": HFPolicy(model, tok, policy_cfg, built)}
+
+
+@pytest.mark.parametrize("backend", ["engine", "hf"])
+def test_a_requests_sampling_settings_are_honoured(model_tok, backend):
+    from ets.policy.base import SamplingSettings
+
+    model, tok = model_tok
+    policy = _both(model, tok, SearchConfig(temperature=1.0, max_step_tokens=8))[backend]
+    prompt = policy.format_prompt("What is 2 + 3?").token_ids
+    short = policy.expand([ExpandRequest("q", prompt, 6, seed=7, sampling=SamplingSettings(1.0, 1.0, 0, 3))])[0]
+    assert all(len(s.token_ids) <= 3 for s in short) and any(s.finish == "length" for s in short)
+    assert all(s.finish != "length" or len(s.token_ids) == 3 for s in short)
+    greedy = policy.expand([ExpandRequest("q", prompt, 3, seed=7, sampling=SamplingSettings(0.0, 1.0, 0, 8))])[0]
+    assert len({tuple(s.token_ids) for s in greedy}) == 1
+    # Without settings, the build-time ones (T=1, 8 tokens); top_k=1 is greedy too.
+    top1 = policy.expand([ExpandRequest("q", prompt, 3, seed=7, sampling=SamplingSettings(1.0, 1.0, 1, 8))])[0]
+    assert [s.token_ids for s in top1] == [s.token_ids for s in greedy]
+    policy.release([s.handle for s in [*short, *greedy, *top1]])
+
+
+def test_a_request_seed_fixes_its_samples_whatever_else_is_in_the_call(model_tok):
+    model, tok = model_tok
+    for policy in _both(model, tok, SearchConfig(temperature=1.0, max_step_tokens=6)).values():
+        a = policy.format_prompt("What is 2 + 3?").token_ids
+        b = policy.format_prompt("What is 7 + 1?").token_ids
+        alone = policy.expand([ExpandRequest("a", a, 3, seed=42)])[0]
+        others, crowd = policy.expand([ExpandRequest("b", b, 5, seed=1), ExpandRequest("a", a, 3, seed=42)])
+        assert [s.token_ids for s in alone] == [s.token_ids for s in crowd]
+        assert len({tuple(s.token_ids) for s in alone}) > 1   # sampled: j picks its own stream
+        policy.release([s.handle for s in [*alone, *others, *crowd]])

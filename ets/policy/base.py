@@ -19,22 +19,65 @@ Contract:
   read by admission, ets/loop/admission.py; None when it keeps nothing between calls) and
   what the live search holds now. The backend owns that number; nobody re-derives it from
   the config that built the backend.
+- sampling: a request's `sampling` (a `SamplingSettings`: temperature, top-p, top-k,
+  max_step_tokens) is what the caller wants for it; the search loop sets it from the
+  `SearchConfig` it runs, so `ets.search(config=...)` decides, not the config the policy
+  was built with (that one is the default for a request without `sampling`). A policy
+  that cannot honour a setting raises `ValueError` naming it; it never ignores one.
+- seeds: sample j of a request with a `seed` depends only on (seed, j) and the model:
+  not on the other requests of the call, their order, the batch or the cache. The loop
+  derives each node's seed from (config seed, problem, node id), so a problem's search does
+  not depend on what else is in flight. (Up to floating point: logits computed in another
+  batch may differ in the last bits, which moves a sample only when its uniform draw falls
+  within that distance of a token's boundary.) A request without a seed gets one from the
+  policy's own stream (the order of calls then matters).
+- context: `context_tokens` is the most tokens a path may hold (the model's positions,
+  or `policy.max_context`; None: no limit known). A prompt that leaves no room to
+  generate is refused by `format_prompt` (`PromptTooLong`) or truncated to its last tokens
+  (`policy.prompt_overflow`, `Prompt.truncated_from` says from how many); during the
+  search no request decodes past the context: its new tokens are capped at
+  `context_tokens - len(token_ids)`, and a step that fills the context ends with finish
+  "context" (the loop then completes its trajectory).
 """
 
 from __future__ import annotations
 
 from typing import Any, Hashable, NamedTuple, Protocol, runtime_checkable
 
+from ets.data import DataError
+
+
+class SamplingSettings(NamedTuple):
+    """How a request's children are sampled; `from_search` reads them off a SearchConfig."""
+
+    temperature: float = 1.0   # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0             # 0 = off
+    max_step_tokens: int = 256  # new tokens per step before it is cut
+
+    @classmethod
+    def from_search(cls, config) -> "SamplingSettings":
+        return cls(float(config.temperature), float(config.top_p), int(config.top_k), int(config.max_step_tokens))
+
 
 class ExpandRequest(NamedTuple):
     key: Hashable            # the caller's label of the node, e.g. (problem index, node id)
     token_ids: list[int]     # the node's full path: prompt + every step so far
     n: int                   # number of children to sample
+    seed: int | None = None  # sample j depends only on (seed, j); None: the policy's own stream
+    sampling: SamplingSettings | None = None  # None: the settings the policy was built with
 
 
 class Prompt(NamedTuple):
     text: str                # the templated question: the root node's text
     token_ids: list[int]     # its tokens: the root of every path
+    truncated_from: int | None = None  # the prompt's length before it was cut to fit the context
+
+
+class PromptTooLong(DataError):
+    """A prompt leaves no room in the model's context (`policy.prompt_overflow: error`).
+    The message says how long it is, the context, and the fix; the search loop puts the
+    problem's id in front."""
 
 
 class KVMemory(NamedTuple):
@@ -49,16 +92,19 @@ class KVMemory(NamedTuple):
 class Step(NamedTuple):
     text: str                # decoded new tokens (delimiter included)
     token_ids: list[int]     # the new tokens
-    finish: str              # "stop" (step delimiter), "eos", or "length" (max_step_tokens)
+    finish: str              # "stop" (step delimiter), "eos", "length" (max_step_tokens), or
+                             # "context" (the path now fills the model's context)
     handle: Hashable | None = None  # the policy's lock on this path, for `release`
 
 
 @runtime_checkable
 class Policy(Protocol):
     tokenizer: Any
+    context_tokens: int | None  # the most tokens a path may hold; None: no limit known
 
     def format_prompt(self, question: str) -> Prompt:
-        """The prompt text for `question` and its token ids (the root of the tree)."""
+        """The prompt text for `question` and its token ids (the root of the tree), fitted
+        to the context (raises `PromptTooLong`, or truncates, as configured)."""
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
         """`request.n` sampled continuations of each request, each ending one step."""

@@ -10,6 +10,18 @@ locked KV is exactly the paths of the live search nodes.
 Memory: the engine's pool is the policy's KV capacity (`memory().capacity_tokens`), and
 its locks are the live KV. `policy.kv_budget_tokens` sizes the pool; None (the default)
 is the engine's own default, `ets.engine.DEFAULT_KV_TOKENS`.
+
+Sampling and seeds: each request's own seed goes to the engine (`Engine.expand` samples
+request r's sample j from (seed, j) alone), and its `SamplingSettings` decide temperature,
+top-p, top-k and the step length. The engine takes one set of sampling parameters per
+call, so requests are grouped by (settings, new-token cap) into one engine call each;
+since every sample depends only on its own seed, the grouping changes no sample. A request
+without a seed gets one drawn from this policy's own stream (seeded by the build-time
+`SearchConfig.seed`).
+
+Context: `context_tokens` is `policy.max_context`, else the model's
+`max_position_embeddings`. A request's new tokens are capped at what is left of the
+context (ets/policy/steps.py), so no position past it is ever decoded.
 """
 
 from __future__ import annotations
@@ -19,8 +31,8 @@ from typing import Any, Hashable
 
 from ets.config import PolicyConfig, SearchConfig
 from ets.engine.engine import Engine
-from ets.policy.base import ExpandRequest, KVMemory, Prompt, Step
-from ets.policy.steps import StepCutter, format_prompt
+from ets.policy.base import ExpandRequest, KVMemory, Prompt, SamplingSettings, Step
+from ets.policy.steps import StepCutter, at_context, fit_prompt, format_prompt, model_context, new_token_cap
 
 
 class EnginePolicy:
@@ -31,8 +43,10 @@ class EnginePolicy:
         self.tokenizer = engine.tokenizer
         self.config = policy
         self.search = search
-        self.cutter = StepCutter(self.tokenizer, policy.step_delimiter, search.max_step_tokens)
-        self._rng = random.Random(search.seed)  # one fresh seed per call
+        self.sampling = SamplingSettings.from_search(search)  # for requests that carry none
+        self.context_tokens = model_context(engine.model.config, policy.max_context)
+        self._cutters: dict[int, StepCutter] = {}
+        self._rng = random.Random(search.seed)  # seeds for requests that carry none
         self._held: set[int] = set()            # handles given out and not yet released
         self._stats = {"generated_tokens": 0, "expand_calls": 0}
         self._live_sum = 0
@@ -47,23 +61,47 @@ class EnginePolicy:
         return cls(engine, policy, search)
 
     def format_prompt(self, question: str) -> Prompt:
-        return Prompt(*format_prompt(self.tokenizer, self.config.prompt_template, question))
+        prompt = Prompt(*format_prompt(self.tokenizer, self.config.prompt_template, question))
+        return fit_prompt(prompt, self.context_tokens, self.config.prompt_overflow, self.search.max_step_tokens,
+                          self.tokenizer)
+
+    def cutter(self, max_step_tokens: int) -> StepCutter:
+        if max_step_tokens not in self._cutters:
+            self._cutters[max_step_tokens] = StepCutter(self.tokenizer, self.config.step_delimiter, max_step_tokens)
+        return self._cutters[max_step_tokens]
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
-        s = self.search
-        conts = self.engine.expand(
-            [(req.token_ids, req.n) for req in requests], max_new_tokens=s.max_step_tokens,
-            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-            stop=[self.config.step_delimiter], seed=self._rng.getrandbits(62),
-        )
-        out = []
-        for req_conts in conts:
-            steps = []
-            for c in req_conts:
-                steps.append(self.cutter.cut(c.token_ids)._replace(handle=c.handle))
-                self._held.add(c.handle)
-                self._stats["generated_tokens"] += len(c.token_ids)
-            out.append(steps)
+        out: list[list[Step]] = [[] for _ in requests]
+        groups: dict[tuple[SamplingSettings, int], list[int]] = {}
+        seeds = []
+        for i, req in enumerate(requests):
+            sampling = req.sampling or self.sampling
+            seeds.append(req.seed if req.seed is not None else self._rng.getrandbits(62))
+            cap = new_token_cap(len(req.token_ids), self.context_tokens, sampling.max_step_tokens)
+            if cap == 0:  # the path fills the context already: nothing more can be decoded
+                out[i] = [Step("", [], "context") for _ in range(req.n)]
+                continue
+            groups.setdefault((sampling, cap), []).append(i)
+        given: list[int] = []  # this call's handles, released again if a later group fails
+        for (sampling, cap), members in groups.items():
+            try:
+                conts = self.engine.expand(
+                    [(requests[i].token_ids, requests[i].n, seeds[i]) for i in members], max_new_tokens=cap,
+                    temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                    stop=[self.config.step_delimiter],
+                )
+            except BaseException:
+                self.release(given)
+                raise
+            given.extend(c.handle for req_conts in conts for c in req_conts)
+            cutter = self.cutter(sampling.max_step_tokens)
+            for i, req_conts in zip(members, conts):
+                path_len = len(requests[i].token_ids)
+                for c in req_conts:
+                    step = at_context(cutter.cut(c.token_ids), path_len, self.context_tokens)
+                    out[i].append(step._replace(handle=c.handle))
+                    self._held.add(c.handle)
+                    self._stats["generated_tokens"] += len(c.token_ids)
         self._stats["expand_calls"] += 1
         # Right after a round every child holds its path: the live KV of the search.
         self._live_sum += self.engine.stats()["locked_kv_tokens"]

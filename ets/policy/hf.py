@@ -4,31 +4,71 @@ Every expansion re-encodes each sequence's whole path (prompt + steps) from scra
 search built on `model.generate` would. It is kept as the correctness and speed baseline
 that the engine (ets/engine) is measured against, and as the fallback for models the
 engine cannot run.
+
+Sampling is per row, so a request's samples do not depend on the batch: `generate` runs
+greedily over the logits a `LogitsProcessor` (`_RowSampler`) leaves, which, for each row,
+draws the next token with the engine's own sampling function (`ets.engine.sampling.sample`:
+temperature, then top-k, then top-p, then a multinomial draw) from that row's own
+`torch.Generator`, seeded like the engine's (`ets.engine.engine.sample_seed(request seed,
+j)` for sample j), and masks every other token. So sample j of a request depends only on
+(its seed, j) and the model, as on the engine; and with equal logits both backends draw the
+same token (the logits of a padded batch and of the engine's packed one agree only to
+float precision, so they may part where a draw falls on a boundary). Temperature 0 is plain
+greedy decoding, with no processor. Nothing is drawn from torch's global generator.
 """
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+import random
+from typing import Any, Hashable, NamedTuple
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from ets.config import PolicyConfig, SearchConfig
+from ets.engine.engine import sample_seed
+from ets.engine.sampling import SamplingParams, make_generator, sample
 from ets.models.load import load_causal_lm
-from ets.policy.base import ExpandRequest, KVMemory, Prompt, Step
-from ets.policy.steps import StepCutter, format_prompt
+from ets.policy.base import ExpandRequest, KVMemory, Prompt, SamplingSettings, Step
+from ets.policy.steps import StepCutter, at_context, fit_prompt, format_prompt, model_context, new_token_cap
+
+
+class _Row(NamedTuple):
+    request: int       # index of its request in the call
+    sample: int        # j: which of the request's samples
+    path: list[int]    # the request's token path
+    seed: int          # its generator's seed: sample_seed(request seed, j), as on the engine
+    cap: int           # new tokens it may generate (max_step_tokens, or what the context leaves)
 
 
 class _StepStop(StoppingCriteria):
-    """Stops each row of a batch once its new tokens form a complete step."""
+    """Stops each row of a batch once its new tokens form a complete step or reach the
+    row's own cap (what is left of the context)."""
 
-    def __init__(self, cutter: StepCutter, prompt_len: int):
+    def __init__(self, cutter: StepCutter, prompt_len: int, caps: list[int]):
         self.cutter = cutter
         self.prompt_len = prompt_len
+        self.caps = caps
 
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
         rows = input_ids[:, self.prompt_len :].tolist()
-        return torch.tensor([self.cutter.finished(r) for r in rows], device=input_ids.device)
+        done = [len(r) >= cap or self.cutter.finished(r) for r, cap in zip(rows, self.caps)]
+        return torch.tensor(done, device=input_ids.device)
+
+
+class _RowSampler(LogitsProcessor):
+    """Samples each row's next token from its own generator (the engine's sampling rule)
+    and leaves only that token possible, so greedy decoding picks it."""
+
+    def __init__(self, params: SamplingParams, generators: list[torch.Generator]):
+        self.params = params
+        self.generators = generators
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        picked = torch.tensor(sample(scores, self.params, self.generators), device=scores.device)
+        out = torch.full_like(scores, float("-inf"))
+        out[torch.arange(scores.shape[0], device=scores.device), picked] = 0.0
+        return out
 
 
 class HFPolicy:
@@ -39,10 +79,12 @@ class HFPolicy:
         self.tokenizer = tokenizer
         self.config = policy
         self.search = search
+        self.sampling = SamplingSettings.from_search(search)  # for requests that carry none
+        self.context_tokens = model_context(model.config, policy.max_context)
         self.max_rows = max_rows
-        self.cutter = StepCutter(tokenizer, policy.step_delimiter, search.max_step_tokens)
+        self._cutters: dict[int, StepCutter] = {}
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        torch.manual_seed(search.seed)  # generate() samples from the global generator
+        self._rng = random.Random(search.seed)  # seeds for requests that carry none
         self._stats = {"generated_tokens": 0, "computed_tokens": 0, "expand_calls": 0, "peak_kv_tokens": 0}
 
     @classmethod
@@ -51,22 +93,39 @@ class HFPolicy:
         return cls(model, tokenizer, policy, search)
 
     def format_prompt(self, question: str) -> Prompt:
-        return Prompt(*format_prompt(self.tokenizer, self.config.prompt_template, question))
+        prompt = Prompt(*format_prompt(self.tokenizer, self.config.prompt_template, question))
+        return fit_prompt(prompt, self.context_tokens, self.config.prompt_overflow, self.search.max_step_tokens,
+                          self.tokenizer)
+
+    def cutter(self, max_step_tokens: int) -> StepCutter:
+        if max_step_tokens not in self._cutters:
+            self._cutters[max_step_tokens] = StepCutter(self.tokenizer, self.config.step_delimiter, max_step_tokens)
+        return self._cutters[max_step_tokens]
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
-        rows = [(i, req.token_ids) for i, req in enumerate(requests) for _ in range(req.n)]
-        # Similar lengths together: less padding per batch.
-        order = sorted(range(len(rows)), key=lambda r: len(rows[r][1]))
-        out: list[list[Step]] = [[] for _ in requests]
-        steps_by_row: dict[int, Step] = {}
-        for start in range(0, len(order), self.max_rows):
-            chunk = order[start : start + self.max_rows]
-            for r, step in zip(chunk, self._generate([rows[r][1] for r in chunk])):
-                steps_by_row[r] = step
-        for r, (i, _) in enumerate(rows):
-            out[i].append(steps_by_row[r])
+        # One row per sample, grouped by sampling settings (one generate() call per group).
+        groups: dict[SamplingSettings, list[_Row]] = {}
+        out: list[list[Step | None]] = [[] for _ in requests]
+        for i, req in enumerate(requests):
+            sampling = req.sampling or self.sampling
+            seed = req.seed if req.seed is not None else self._rng.getrandbits(62)
+            cap = new_token_cap(len(req.token_ids), self.context_tokens, sampling.max_step_tokens)
+            out[i] = [None] * req.n
+            for j in range(req.n):
+                if cap == 0:  # the path fills the context already
+                    out[i][j] = Step("", [], "context")
+                else:
+                    groups.setdefault(sampling, []).append(_Row(i, j, list(req.token_ids), sample_seed(seed, j), cap))
+        for sampling, rows in groups.items():
+            # Similar lengths together: less padding per batch (each row samples from its own
+            # generator, so which rows share a batch changes no token).
+            rows = sorted(rows, key=lambda r: len(r.path))
+            for start in range(0, len(rows), self.max_rows):
+                chunk = rows[start : start + self.max_rows]
+                for row, step in zip(chunk, self._generate(chunk, sampling)):
+                    out[row.request][row.sample] = step
         self._stats["expand_calls"] += 1
-        return out
+        return out  # type: ignore[return-value]
 
     def release(self, handles: list[Hashable | None]) -> None:
         """Nothing is cached between calls (every handle is None): nothing to release."""
@@ -81,7 +140,10 @@ class HFPolicy:
         return dict(self._stats)
 
     @torch.no_grad()
-    def _generate(self, paths: list[list[int]]) -> list[Step]:
+    def _generate(self, rows: list[_Row], sampling: SamplingSettings) -> list[Step]:
+        """One `generate` over `rows`, each sampled from its own generator."""
+        paths = [r.path for r in rows]
+        caps = [r.cap for r in rows]
         width = max(len(p) for p in paths)
         # Left padding: every row's last real token sits at column width-1.
         ids = torch.full((len(paths), width), self.pad_id, dtype=torch.long)
@@ -90,19 +152,24 @@ class HFPolicy:
             ids[r, width - len(p) :] = torch.tensor(p)
             mask[r, width - len(p) :] = 1
         device = self.model.device
-        sampling = self.search.temperature > 0
+        cutter = self.cutter(sampling.max_step_tokens)
+        processors = LogitsProcessorList()
+        if sampling.temperature > 0:
+            params = SamplingParams(max(caps), sampling.temperature, sampling.top_p, sampling.top_k)
+            processors.append(_RowSampler(params, [make_generator(r.seed, device) for r in rows]))
         output = self.model.generate(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
-            max_new_tokens=self.search.max_step_tokens,
-            do_sample=sampling,
-            temperature=self.search.temperature if sampling else None,
-            top_p=self.search.top_p if sampling else None,
-            top_k=self.search.top_k if sampling else None,
+            max_new_tokens=max(caps),
+            do_sample=False,          # the row sampler has drawn each token already
+            temperature=None, top_p=None, top_k=None,
             pad_token_id=self.pad_id,
-            stopping_criteria=StoppingCriteriaList([_StepStop(self.cutter, width)]),
+            logits_processor=processors,
+            stopping_criteria=StoppingCriteriaList([_StepStop(cutter, width, caps)]),
         )
-        steps = [self.cutter.cut(row) for row in output[:, width:].tolist()]
+        new = output[:, width:].tolist()
+        steps = [at_context(cutter.cut(row[:cap]), len(p), self.context_tokens)
+                 for row, cap, p in zip(new, caps, paths)]
         generated = sum(len(s.token_ids) for s in steps)
         self._stats["generated_tokens"] += generated
         self._stats["computed_tokens"] += sum(len(p) for p in paths) + generated

@@ -3,6 +3,11 @@
 A step ends at the first of: the step delimiter (kept, so the path can be continued as-is),
 EOS (dropped), or `max_step_tokens` (cut). Policies generate token by token; this module
 decides where the step ends and what it is called, so backends agree exactly.
+
+The model's context is handled here too, the same way for every backend: `fit_prompt`
+refuses or truncates a prompt that leaves no room to generate (`policy.prompt_overflow`),
+`new_token_cap` caps a request's new tokens so its path never passes the context, and
+`at_context` renames a step that fills the context to finish "context".
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from typing import Sequence
 
 from ets.engine.sampling import StopStrings
 from ets.models.load import eos_token_ids
-from ets.policy.base import Step
+from ets.policy.base import Prompt, PromptTooLong, Step
+
+PROMPT_OVERFLOW = ("error", "truncate")
 
 
 def format_prompt(tokenizer, template: str, question: str) -> tuple[str, list[int]]:
@@ -21,6 +28,59 @@ def format_prompt(tokenizer, template: str, question: str) -> tuple[str, list[in
     template is filled with `str.replace`, not `str.format`."""
     text = template.replace("{question}", question)
     return text, list(tokenizer(text)["input_ids"])
+
+
+def model_context(model_config, override: int | None = None) -> int | None:
+    """The most tokens a path may hold: `override` (`policy.max_context`) if given, else the
+    model's `max_position_embeddings` (None if the config has none)."""
+    if override is not None:
+        return int(override)
+    value = getattr(model_config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def prompt_room(context: int, max_step_tokens: int) -> int:
+    """The tokens a truncated prompt leaves free: one whole step, or half the context when a
+    step is longer than that."""
+    return min(max_step_tokens, context // 2)
+
+
+def fit_prompt(prompt: Prompt, context: int | None, overflow: str, max_step_tokens: int, tokenizer=None) -> Prompt:
+    """`prompt` if it leaves room for at least one new token in `context`. Otherwise, with
+    `overflow="error"`, `PromptTooLong`; with "truncate", its last tokens (a leading BOS
+    kept), leaving `prompt_room` free, with `truncated_from` set and the text decoded from
+    the kept tokens."""
+    n = len(prompt.token_ids)
+    if context is None or n < context:
+        return prompt
+    keep = max(1, context - prompt_room(context, max_step_tokens))
+    if overflow != "truncate":
+        raise PromptTooLong(
+            f"its prompt is {n} tokens and the model's context is {context} (no room to generate); shorten "
+            f"the question or policy.prompt_template, or set policy.prompt_overflow=truncate to keep its last "
+            f"{keep} tokens (policy.max_context overrides the model's max_position_embeddings)")
+    ids = list(prompt.token_ids)
+    bos = getattr(tokenizer, "bos_token_id", None)
+    head = ids[:1] if bos is not None and ids[0] == bos and keep > 1 else []
+    kept = head + ids[len(ids) - (keep - len(head)):]
+    text = tokenizer.decode(kept, skip_special_tokens=True) if tokenizer is not None else prompt.text
+    return Prompt(text, kept, truncated_from=n)
+
+
+def new_token_cap(path_len: int, context: int | None, max_step_tokens: int) -> int:
+    """New tokens a request may generate: `max_step_tokens`, or what is left of the context
+    (0 when the path already fills it)."""
+    if context is None:
+        return max_step_tokens
+    return max(0, min(max_step_tokens, context - path_len))
+
+
+def at_context(step: Step, path_len: int, context: int | None) -> Step:
+    """`step` with finish "context" if it leaves its path at the context (a step that ended
+    on EOS keeps "eos": it ended the trajectory itself)."""
+    if context is not None and step.finish != "eos" and path_len + len(step.token_ids) >= context:
+        return step._replace(finish="context")
+    return step
 
 
 class StepCutter:
