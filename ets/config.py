@@ -11,6 +11,16 @@ ETS public code's hyperparameter files do (their key names are accepted: `select
 `lambdac`, `lambdas`, `fixedwidth`, ...). Command-line overrides are `key=value`, with a
 dotted section for the other layers: `width=64 policy.model=tiny:qwen2 data.limit=10`.
 Every unknown key or bad value raises `ConfigError` naming the key and what is allowed.
+
+The rest of the ETS code's recipe keys are understood too (docs/FIDELITY.md):
+`store_path` is the output folder (`output` = `<store_path>/results.jsonl` unless `output`
+is given), `num_threads` is accepted and has no effect here (it sized the ETS code's SGLang
+client threads; `ets run` says so in one logged line), and `policy_model_type` /
+`reward_model_type` name rows of `PRESETS`: the prompt template and step delimiter, and
+the PRM convention, that the ETS code uses for those models. A user's explicit keys
+override a preset's. `search.compat: ets_code` reproduces the ETS code's selection and
+accounting where they depart from ALGORITHMS.md (the default, `project`, keeps the
+project's corrected behaviour).
 """
 
 from __future__ import annotations
@@ -37,6 +47,15 @@ METHOD_ALIASES = {
     "best-of-n": "best_of_n",
 }
 AGGREGATIONS = ("last", "min", "mean", "prod")
+# search.compat: the project's corrected behaviour, or the ETS public code's (docs/FIDELITY.md).
+PROJECT, ETS_CODE = "project", "ets_code"
+COMPAT_MODES = (PROJECT, ETS_CODE)
+# The ETS code's answer phrases: a step that writes one ends its trajectory (ALGORITHMS.md,
+# "Terminal"). Case as written; the default of `search.answer_markers`.
+REFERENCE_ANSWER_PHRASES = ("The answer is", "The final answer is:", "Therefore, the final answer is")
+# What the ETS code counts a prompt as: `len(tokenizer(text))`, the keys of a Llama or
+# Mistral tokenizer's output (input_ids, attention_mask), not its tokens.
+REFERENCE_PROMPT_TOKENS = 2
 VOTES = ("best", "majority", "weighted")
 COSTS = ("uniform", "tokens")
 
@@ -106,6 +125,10 @@ class SearchConfig:
     aggregation: str = "last"         # last | min | mean | prod
     vote: str = "weighted"            # best | majority | weighted
     seed: int = 0
+    # A step that writes one of these (case as written, starting a sentence) ends its
+    # trajectory, as do EOS and a \boxed{} answer. Default: the ETS code's phrases.
+    answer_markers: list[str] = field(default_factory=lambda: list(REFERENCE_ANSWER_PHRASES))
+    compat: str = PROJECT             # project | ets_code: the ETS public code's selection and accounting
 
     def __post_init__(self) -> None:
         self.method = METHOD_ALIASES.get(self.method, self.method)
@@ -140,6 +163,19 @@ class SearchConfig:
         _choice("cost", self.cost, COSTS)
         _choice("aggregation", self.aggregation, AGGREGATIONS)
         _choice("vote", self.vote, VOTES)
+        _choice("compat", self.compat, COMPAT_MODES)
+        if isinstance(self.answer_markers, str):
+            self.answer_markers = [self.answer_markers]
+        if not isinstance(self.answer_markers, (list, tuple)) or not all(
+                isinstance(m, str) and m.strip() for m in self.answer_markers):
+            raise ConfigError(f"answer_markers: {self.answer_markers!r} must be a list of non-empty strings, "
+                              f"e.g. {list(REFERENCE_ANSWER_PHRASES)!r} (the default), or [] for EOS and \\boxed{{}} only")
+        self.answer_markers = list(self.answer_markers)
+
+    @property
+    def ets_code(self) -> bool:
+        """Whether the ETS public code's rules apply (`compat: ets_code`)."""
+        return self.compat == ETS_CODE
 
 
 @dataclass
@@ -202,6 +238,76 @@ class DataConfig:
             _integer("data.limit", self.limit, 1)
 
 
+# The system prompt the ETS code gives its instruction-tuned Llama policy (rebase.py).
+LLAMA_SYSTEM_PROMPT = (
+    "Cutting Knowledge Date: December 2023\nToday Date: 05 Jan 2025\n\n"
+    "Solve the following math problem efficiently and clearly:\n\n"
+    "- For simple problems (2 steps or fewer):\nProvide a concise solution with minimal explanation.\n\n"
+    "- For complex problems (3 steps or more):\nUse this step-by-step format:\n\n"
+    "## Step 1: [Concise description]\n[Brief explanation and calculations]\n\n"
+    "## Step 2: [Concise description]\n[Brief explanation and calculations]\n\n"
+    "...\n\n"
+    "Regardless of the approach, always conclude with:\n\n"
+    "Therefore, the final answer is: $\\boxed{answer}$. I hope it is correct.\n\n"
+    "Where [answer] is just the final number or expression that solves the problem."
+)
+
+# The model conventions of the ETS (and REBASE) code, by the names its recipes give as
+# `policy_model_type` and `reward_model_type`: `policy_model_type` applies a row's
+# `policy` keys, `reward_model_type` its `reward` keys (the ETS code itself switches both
+# on policy_model_type; its recipes always name the same type twice). A user's explicit
+# keys win over a preset's; a preset's reward options apply only while reward.name is the
+# preset's. `ets presets` prints this table; docs/FIDELITY.md has how each row was read.
+PRESETS: dict[str, dict[str, Any]] = {
+    "llemma": {
+        "about": "Llemma policy and the REBASE / ETS Llemma PRM: question + newline, steps end at "
+                 "'ки'; the PRM's one logit (id 8094 in Llemma's vocabulary, ' ки') read at each step tag",
+        "policy": {"prompt_template": "{question}\n", "step_delimiter": "ки"},
+        "reward": {"name": "value_head", "options": {
+            "marker": " ки", "template": "{question}\n{steps}", "step_separator": "\n",
+            "tokenize": "whole", "head": "lm_logit"}},
+    },
+    "mistral": {
+        "about": "Math-Shepherd (math-shepherd-mistral-7b-prm and its policy): question + newline, steps end "
+                 "at 'ки'; P('+') against '-' at each ' ки' tag (ids 648, 387, 12902 in Mistral's vocabulary)",
+        "policy": {"prompt_template": "{question}\n", "step_delimiter": "ки"},
+        "reward": {"name": "step_tag", "options": {
+            "tag": " ки", "good_token": "+", "bad_token": "-", "template": "{question}\n{steps}",
+            "step_separator": "\n"}},
+    },
+    "llama": {
+        "about": "Llama-3.1-Instruct policy with the ETS code's system prompt (Llama-3 chat turns), steps "
+                 "end at a blank line; an RLHFlow-style PRM judges each step '+' / '-' (ids 10, 12)",
+        "policy": {
+            "prompt_template": (
+                "<|start_header_id|>system<|end_header_id|>\n\n" + LLAMA_SYSTEM_PROMPT + "<|eot_id|>"
+                "<|start_header_id|>user<|end_header_id|>\n\n{question}<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+            "step_delimiter": "\n\n"},
+        "reward": {"name": "chat_judgement", "options": {"good_token": "+", "bad_token": "-"}},
+    },
+}
+
+
+def _preset(key: str, name: Any) -> dict[str, Any]:
+    if name not in PRESETS:
+        raise ConfigError(f"{key}: {name!r} is not a preset; known: {', '.join(PRESETS)} (`ets presets` lists them)")
+    return PRESETS[name]
+
+
+def preset_lines() -> list[str]:
+    """`PRESETS` as text, one block per name: what `ets presets` prints."""
+    lines = []
+    for name, row in PRESETS.items():
+        lines.append(f"{name}: {row['about']}")
+        for key, value in row["policy"].items():
+            lines.append(f"  policy_model_type: {name} -> policy.{key} = {value!r}")
+        lines.append(f"  reward_model_type: {name} -> reward.name = {row['reward']['name']!r}")
+        for key, value in row["reward"]["options"].items():
+            lines.append(f"  reward_model_type: {name} -> reward.options.{key} = {value!r}")
+    return lines
+
+
 @dataclass
 class RunConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
@@ -211,16 +317,27 @@ class RunConfig:
     output: str = "runs/results.jsonl"
     concurrency: int = 8              # problems searched at once (one batched call per round)
     save_trees: bool = False          # add each whole search tree to its result line
+    # The ETS code's recipe keys (`store_path` sets `output`; see the module doc):
+    num_threads: int | None = None    # accepted, no effect here (the ETS code's SGLang client threads)
+    policy_model_type: str | None = None   # a PRESETS row applied to the policy section
+    reward_model_type: str | None = None   # a PRESETS row applied to the reward section
 
     def __post_init__(self) -> None:
         _integer("concurrency", self.concurrency, 1)
+        if self.num_threads is not None:
+            _integer("num_threads", self.num_threads, 1)
+        for key in ("policy_model_type", "reward_model_type"):
+            if getattr(self, key) is not None:
+                _preset(key, getattr(self, key))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 SECTIONS = {"search": SearchConfig, "policy": PolicyConfig, "reward": RewardConfig, "data": DataConfig}
-TOP_LEVEL = ("output", "concurrency", "save_trees")
+TOP_LEVEL = ("output", "concurrency", "save_trees", "num_threads", "policy_model_type", "reward_model_type")
+# The output file a recipe's `store_path` (a folder) gets.
+STORE_PATH_FILE = "results.jsonl"
 
 
 def _build(cls, values: Mapping[str, Any], section: str | None):
@@ -320,6 +437,28 @@ def _resolve_relative(raw: dict[str, Any], base: Path) -> None:
 
 
 def config_from_dict(raw: Mapping[str, Any]) -> RunConfig:
+    raw = dict(raw)
+    store_path = raw.pop("store_path", None)
     sections, top = _split(raw)
+    if store_path is not None:
+        if not isinstance(store_path, str) or not store_path.strip():
+            raise ConfigError(f"store_path: {store_path!r} must be a folder path (the ETS code's results folder)")
+        top.setdefault("output", str(Path(store_path) / STORE_PATH_FILE))  # an explicit `output` wins
+    _apply_presets(sections, top)
     built = {name: _build(cls, sections[name], name) for name, cls in SECTIONS.items()}
     return RunConfig(**built, **top)
+
+
+def _apply_presets(sections: dict[str, dict[str, Any]], top: dict[str, Any]) -> None:
+    """Fill the policy and reward sections from the named presets, under the user's keys."""
+    if top.get("policy_model_type") is not None:
+        row = _preset("policy_model_type", top["policy_model_type"])
+        sections["policy"] = {**row["policy"], **sections["policy"]}
+    if top.get("reward_model_type") is not None:
+        row = _preset("reward_model_type", top["reward_model_type"])["reward"]
+        mine = sections["reward"]
+        if mine.get("name", row["name"]) == row["name"]:
+            options = mine.get("options") or {}
+            if not isinstance(options, Mapping):
+                raise ConfigError(f"reward.options must be a mapping of option names to values, got {options!r}")
+            sections["reward"] = {**mine, "name": row["name"], "options": {**row["options"], **options}}

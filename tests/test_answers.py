@@ -56,15 +56,53 @@ def test_last_boxed_skips_an_unclosed_last_box():
         ("So the total is \\boxed{12}.", True),
         ("The answer is: 12", True),
         ("Therefore, the final answer is $\\boxed{", True),   # cut mid-answer: still final
-        ("#### 12", True),
+        ("Step 3: so 2+2=4. The answer is: 4", True),         # a marker starting a sentence
+        ("**The answer is 5**", True),
+        ("The final answer is: 7", True),
+        ("Therefore, the final answer is 9.", True),
+        ("#### 12", False),                                    # GSM8K's marker only when configured
         ("Step 2: 3 + 4 = 7", False),
         ("#### Step 2: add them", False),
         ("The answers are different for each case", False),
+        ("my answer is wrong so far", False),                  # "answer is" inside a sentence
+        ("so the answer is still unclear", False),             # case as written
+        ("I think The answer is 3", False),
+        ("The answer isn't clear yet", False),                 # a marker ends at a word's end
+        ("The final answer is 7", False),                      # the reference's phrase has a colon
         ("", False),
     ],
 )
 def test_is_final_step(step, final):
     assert is_final_step(step) is final
+
+
+@pytest.mark.parametrize(
+    "step, markers, final",
+    [
+        ("#### 12", ["####"], True),
+        ("so 3 + 9 = 12\n#### 12", ["####"], True),
+        ("#### Step 2: add them", ["####"], False),           # a Markdown heading, not an answer
+        ("Final Answer: 12", ["Final Answer:"], True),
+        ("The answer is: 4", [], False),                      # no markers: EOS and \boxed{} only
+        ("So \\boxed{4}", [], True),
+    ],
+)
+def test_is_final_step_with_configured_markers(step, markers, final):
+    assert is_final_step(step, markers) is final
+
+
+def test_reference_final_is_the_ets_code_rule():
+    from ets.answers.extract import reference_final
+
+    # anywhere in the whole text, the prompt included, case as written
+    assert reference_final("Q\nmy guess: The answer is 4", "my guess: The answer is 4")
+    assert reference_final("Q: The answer is what?\nstep", "step")           # the prompt counts
+    assert reference_final("Q\nThe final answer is: 5", "The final answer is: 5")
+    # "Therefore, the final answer is" only in the newest step (the Llama system prompt has it)
+    assert not reference_final("... conclude with: Therefore, the final answer is: ...\nstep", "step")
+    assert reference_final("Q\nTherefore, the final answer is $5$", "Therefore, the final answer is $5$")
+    assert not reference_final("Q\nthe answer is 4", "the answer is 4")
+    assert not reference_final("Q\nSo \\boxed{4}", "So \\boxed{4}")   # a box alone is no leaf there
 
 
 def test_gsm8k_ground_truth_drops_thousands_commas():

@@ -67,3 +67,15 @@ def test_an_unknown_method_is_named_with_the_registered_ones():
     with pytest.raises(ConfigError, match=r"unknown search strategy 'foo'; known: best_of_n, beam, dvts, rebase, ets"):
         search.build(config)
     assert config_from_dict({"select_method": "softmax_costmodel"}).search.method == "ets"
+
+
+def test_compat_and_answer_markers_are_checked():
+    assert SearchConfig().compat == "project" and not SearchConfig().ets_code
+    assert SearchConfig(compat="ets_code").ets_code
+    assert SearchConfig().answer_markers == ["The answer is", "The final answer is:", "Therefore, the final answer is"]
+    assert config_from_dict({"search": {"answer_markers": "####"}}).search.answer_markers == ["####"]
+    assert config_from_dict({"answer_markers": []}).search.answer_markers == []
+    with pytest.raises(ConfigError, match=r"compat: 'ets'.*project, ets_code"):
+        config_from_dict({"compat": "ets"})
+    with pytest.raises(ConfigError, match="answer_markers"):
+        config_from_dict({"answer_markers": ["ok", ""]})

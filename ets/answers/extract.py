@@ -12,11 +12,21 @@ intermediate results; the last box is the one it ends on). Otherwise the last ph
 `####` marker in the text wins. No marker, or a marker with nothing after it: None.
 
 Extraction returns the answer *as written* (LaTeX kept); `ets.answers.grading` decides equality.
+
+Where a trajectory ends is a stricter question (`is_final_step`): a step that writes a
+`\\boxed{}` answer, or one of the configured answer markers (`search.answer_markers`,
+default the ETS code's phrases "The answer is", "The final answer is:", "Therefore, the
+final answer is") as written and starting a sentence. "my answer is wrong so far" or "so
+the answer is still unclear" do not end a trajectory. `reference_final` is the ETS code's
+own rule, for `search.compat: ets_code`.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Sequence
+
+from ets.config import REFERENCE_ANSWER_PHRASES
 
 # `\boxed` and `\fbox` both appear in MATH solutions.
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*")
@@ -25,8 +35,12 @@ _PHRASE = re.compile(r"(?:final\s+)?answer\s+is\s*:?", re.IGNORECASE)
 # GSM8K's "#### 18", but not a Markdown heading "#### Step 2": a number or LaTeX must follow.
 _HASHES = re.compile(r"(?<!#)####(?!#)(?=[ \t]*[-+$\\\d.(])")
 STEP_TAG = "ки"
-# Markers that make a step final even if what follows is cut off (see `is_final_step`).
-_ANY_MARKER = re.compile(rf"\\(?:boxed|fbox)\b|(?:final\s+)?answer\s+is\b|{_HASHES.pattern}", re.IGNORECASE)
+# A box makes a step final even if what follows is cut off (see `is_final_step`).
+_ANY_BOX = re.compile(r"\\(?:boxed|fbox)\b")
+# What may stand between a sentence's start and its first word: spaces, Markdown emphasis,
+# heading, quote and list marks, a LaTeX dollar.
+_SENTENCE_LEAD = " \t*_#>-$"
+_SENTENCE_END = "\n.!?:;"
 
 
 def _balanced(text: str, start: int) -> str | None:
@@ -96,13 +110,53 @@ def extract_answer(text: str | None) -> str | None:
     return max(candidates)[1] if candidates else None
 
 
-def is_final_step(step_text: str) -> bool:
-    """Whether this step writes a final-answer marker: the search treats it as terminal.
+def starts_sentence(text: str, marker: str) -> bool:
+    """Whether `marker` occurs in `text` as written, starting a sentence (at the start, after
+    a line break or after `.!?:;`, Markdown marks allowed between) and ending at a word's end
+    ("The answer is" is not in "The answer isn't")."""
+    start = text.find(marker)
+    while start != -1:
+        end = start + len(marker)
+        whole_word = not (marker[-1].isalnum() and end < len(text) and text[end].isalnum())
+        if whole_word and _at_sentence_start(text, start):
+            return True
+        start = text.find(marker, start + 1)
+    return False
+
+
+def is_final_step(step_text: str, markers: Sequence[str] = REFERENCE_ANSWER_PHRASES) -> bool:
+    """Whether this step gives a final answer, so the search treats it as terminal: it writes
+    a `\\boxed{}` (or `\\fbox`), or one of `markers` starting a sentence (`starts_sentence`;
+    the marker `####` only with a number or LaTeX after it, as GSM8K writes it).
 
     A marker is enough (even if the step was cut before the answer was complete): a
     trajectory that has started its final answer has nothing left to reason about.
     """
-    return bool(step_text) and _ANY_MARKER.search(step_text) is not None
+    if not step_text:
+        return False
+    if _ANY_BOX.search(step_text):
+        return True
+    for marker in markers:
+        if marker == "####":
+            if any(_at_sentence_start(step_text, m.start()) for m in _HASHES.finditer(step_text)):
+                return True
+        elif starts_sentence(step_text, marker):
+            return True
+    return False
+
+
+def _at_sentence_start(text: str, start: int) -> bool:
+    before = text[:start].rstrip(_SENTENCE_LEAD)
+    return not before or before[-1] in _SENTENCE_END
+
+
+def reference_final(path_text: str, step_text: str) -> bool:
+    """The ETS code's leaf rule (`search.compat: ets_code`): the whole text of the node, the
+    prompt included, holds "The answer is" or "The final answer is:", or its newest step
+    holds "Therefore, the final answer is" (anywhere, case as written). EOS alone does not
+    end a trajectory there."""
+    return "The answer is" in path_text or "The final answer is:" in path_text \
+        or "Therefore, the final answer is" in step_text
 
 
 def gsm8k_ground_truth(solution: str) -> str | None:

@@ -2,9 +2,11 @@
 
     ets demo [--width 16 --problems 50 --out DIR]  every method on the embedded default
     ets run --config FILE [key=value ...]           search a dataset, one JSON line per problem
+    ets run --config FILE --check [key=value ...]   validate; print the resolved settings, run nothing
     ets eval FILE --agg last --vote weighted        accuracy of a results file
     ets sweep --config FILE --methods a,b --widths 16,64 [key=value ...]
                                                     methods x widths -> table + plots
+    ets presets                                     the model presets (policy_model_type, reward_model_type)
     ets --version
 
 Every command takes `--quiet` (no progress bars, transformers' included, and only errors
@@ -51,19 +53,35 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config, list(args.overrides))
     if args.output:
         config = dataclasses.replace(config, output=args.output)
+    if args.check:
+        from ets.app.run import check_config
+
+        print(check_config(config), end="")
+        return 0
     summary = run(config, show_progress=not args.quiet, overwrite=args.overwrite)
     print(f"wrote {config.output} ({summary['problems']} problems, {summary['new_problems']} new)")
     print(
-        f"accuracy {summary['accuracy']:.3f} | kv_size/problem {summary['kv_size_per_problem']:.0f} | "
+        f"accuracy {summary['accuracy']:.3f} | kv_size/problem {summary['kv_size_per_problem']:.0f} "
+        f"(ETS code's metric {_num(summary.get('kv_size_ref_per_problem'), '.0f')}) | "
         f"{_num(summary.get('tokens_per_s'), '.1f')} tokens/s | wall {_num(summary.get('wall_time'), '.1f')} s"
     )
+    return 0
+
+
+def _presets(args: argparse.Namespace) -> int:
+    from ets.config import preset_lines
+
+    print("Presets of the ETS code's model types; a recipe names them as policy_model_type and")
+    print("reward_model_type (explicit policy.* and reward.* keys win). docs/FIDELITY.md has more.\n")
+    for line in preset_lines():
+        print(line)
     return 0
 
 
 def _eval(args: argparse.Namespace) -> int:
     from ets.app.evaluate import evaluate, load_results
 
-    result = evaluate(load_results(args.file), args.agg, args.vote)
+    result = evaluate(load_results(args.file), args.agg, args.vote, float_rounding=args.float_rounding)
     if args.json:
         print(json.dumps(result))
     else:
@@ -155,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", parents=[common, overwrite], help="search every problem of a dataset; resumable JSONL output")
     p.add_argument("--config", required=True, help="YAML config (see configs/)")
     p.add_argument("--output", help="results JSONL (overrides the config's `output`)")
+    p.add_argument("--check", action="store_true",
+                   help="validate the config (and the data, the reward, the model paths) and print the resolved "
+                        "settings as YAML; nothing is loaded or run")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. width=32 method=ets policy.backend=hf")
     p.set_defaults(func=_run)
 
@@ -172,7 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agg", default="last", choices=AGGREGATIONS, help="step-score aggregation")
     p.add_argument("--vote", default="weighted", choices=VOTES, help="how the answer is chosen")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--float-rounding", type=int, default=None, metavar="N",
+                   help="let a decimal match an exact value when both agree to N decimal places "
+                        "(default: decimals are exact, so 4.666667 is not 14/3)")
     p.set_defaults(func=_eval)
+
+    p = sub.add_parser("presets", parents=[common],
+                       help="the model presets a recipe's policy_model_type / reward_model_type select")
+    p.set_defaults(func=_presets)
     return parser
 
 
@@ -231,7 +259,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.quiet = getattr(args, "quiet", False)
-    configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command != "eval")
+    configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command not in ("eval", "presets"))
     try:
         return args.func(args)
     except user_errors() as exc:

@@ -39,11 +39,21 @@ def load_results(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def evaluate(records: list[dict[str, Any]], aggregation: str, vote: str) -> dict[str, Any]:
+def evaluate(records: list[dict[str, Any]], aggregation: str, vote: str, *,
+             float_rounding: int | None = None) -> dict[str, Any]:
+    """Accuracy under `aggregation` and `vote`. Decimals grade exactly unless `float_rounding`
+    (decimal places) allows a tolerance (ets/answers/grading.py)."""
+    if float_rounding is not None and float_rounding < 0:
+        raise EvalError(f"--float-rounding {float_rounding}: give a number of decimal places >= 0")
     correct = 0
     for r in records:
         trajs = r["trajectories"]
         chosen = choose_answer([t["answer"] for t in trajs], [t["step_scores"] for t in trajs], aggregation, vote)
-        correct += bool(chosen is not None and r["ground_truth"] is not None and is_equivalent(chosen, r["ground_truth"]))
+        correct += bool(chosen is not None and r["ground_truth"] is not None
+                        and is_equivalent(chosen, r["ground_truth"], float_rounding=float_rounding))
     n = len(records)
-    return {"problems": n, "correct": correct, "accuracy": correct / n if n else 0.0, "aggregation": aggregation, "vote": vote}
+    out = {"problems": n, "correct": correct, "accuracy": correct / n if n else 0.0, "aggregation": aggregation,
+           "vote": vote}
+    if float_rounding is not None:
+        out["float_rounding"] = float_rounding
+    return out

@@ -14,6 +14,8 @@ compared   every key that changes a problem's result, flattened (`search.width`,
            silent mix costs a paper.
 recorded   kept for the reader, never compared: the output path, `concurrency` and
            `save_trees` (a problem's result does not depend on what else is in flight),
+           the ETS recipe's `num_threads` and preset names (a preset is compared as the
+           keys it set),
            `policy.kv_budget_tokens`, `policy.max_batch_tokens` and the reward options of
            those names (memory and batching, not results), the full device name, the
            model paths, all reward options, and the data: its path, limit, layout keys
@@ -47,6 +49,9 @@ FORMAT = 1
 NOT_COMPARED = frozenset({
     "output", "concurrency", "save_trees",
     "policy.kv_budget_tokens", "policy.max_batch_tokens",
+    # the ETS recipe keys: num_threads does nothing here, and a preset's effect is compared
+    # as the policy and reward keys it set
+    "num_threads", "policy_model_type", "reward_model_type",
 })
 # A PRM's own pool and batch size (rewards/step_tag.py): memory, not scores.
 REWARD_OPTIONS_NOT_COMPARED = frozenset({"kv_budget_tokens", "max_batch_tokens"})

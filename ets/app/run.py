@@ -9,6 +9,7 @@ summary (accuracy, throughput, KV figures) is written next to it as `<name>.summ
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from ets.app.output import open_output, read_json, summary_path, write_json_atom
 from ets.policy.base import Policy
 from ets.policy.build import build_policy
 from search import build as build_strategy
+
+log = logging.getLogger(__name__)
 
 
 def build_reward_for(config: RunConfig, policy: Policy):
@@ -37,6 +40,8 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     """Search the problems not yet in `config.output`. An output made by another config is
     refused (ets/app/output.py) unless `overwrite`, which starts it afresh."""
     strategy = build_strategy(config.search)  # an unknown method fails before anything is read or loaded
+    if config.num_threads is not None:
+        log.warning(num_threads_note(config))
     problems = load_problems(config.data)
     with open_output(config, problems, overwrite=overwrite) as writer:
         todo = [p for p in problems if p.id not in writer.done_ids]
@@ -76,6 +81,60 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     return summary
 
 
+def num_threads_note(config: RunConfig) -> str:
+    return (f"num_threads: {config.num_threads} has no effect here (in the ETS code it sized SGLang's client "
+            f"threads); problems searched at once: concurrency = {config.concurrency}")
+
+
+def check_config(config: RunConfig) -> str:
+    """`ets run --check`: validate what can be validated without loading a model or
+    searching (the strategy, the reward's name and options, the model paths, the data),
+    and return the resolved settings as YAML, notes as `#` lines. Raises the error a run
+    would raise."""
+    import yaml
+
+    from ets.models.load import check_model_exists
+    from rewards.options import parse_options
+    from rewards.registry import resolve_reward
+
+    build_strategy(config.search)
+    obj = resolve_reward(config.reward.name)
+    if hasattr(obj, "Options") and hasattr(obj, "from_config"):
+        parse_options(obj.Options, config.reward.options, config.reward.name)
+    for model in (config.policy.model, config.reward.model):
+        if model and not model.startswith("tiny:"):
+            check_model_exists(model)
+    notes = []
+    if config.data.path or config.data.hf_name is None:
+        notes.append(f"data: {len(load_problems(config.data))} problems")
+    for key in ("policy_model_type", "reward_model_type"):
+        if getattr(config, key) is not None:
+            section = "policy" if key == "policy_model_type" else "reward"
+            notes.append(f"{key}: {getattr(config, key)} set the {section} keys not given explicitly (`ets presets`)")
+    if config.num_threads is not None:
+        notes.append(num_threads_note(config))
+    if config.search.ets_code:
+        notes.append("search.compat: ets_code: the ETS public code's selection and accounting (docs/FIDELITY.md)")
+    body = yaml.dump(config.to_dict(), Dumper=_dumper(), sort_keys=False, allow_unicode=True, width=100)
+    return body + "".join(f"# {n}\n" for n in notes) + "# config OK: nothing was run\n"
+
+
+def _quoted_multiline(dumper, value: str):
+    """Strings with line breaks (templates, delimiters) as one double-quoted line: "\\n\\n"."""
+    style = '"' if "\n" in value or value != value.strip() else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+def _dumper():
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(str, _quoted_multiline)
+    return Dumper
+
+
 def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], elapsed: float, policy,
               reward=None) -> dict[str, Any]:
     """Accuracy over every record in the file; throughput over the records made now. With
@@ -85,11 +144,16 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
     n = len(records)
     new_tokens = sum(r["generated_tokens"] for r in new_records)
     measured = elapsed > 0 and bool(new_records)
+    # The ETS code's KV metric (prompt as 2 tokens); unknown for records written before it was kept.
+    ref = [r.get("kv_size_ref") for r in records]
+    ref_sum = sum(ref) if n and None not in ref else None
     out = {
         "problems": n,
         "accuracy": sum(r["correct"] for r in records) / n if n else 0.0,
         "kv_size_sum": sum(r["kv_size"] for r in records),
         "kv_size_per_problem": sum(r["kv_size"] for r in records) / n if n else 0.0,
+        "kv_size_ref_sum": ref_sum,
+        "kv_size_ref_per_problem": ref_sum / n if ref_sum is not None else None,
         "generated_tokens": sum(r["generated_tokens"] for r in records),
         "new_problems": len(new_records),
         # Unknown (None, printed n/a) when nothing was timed, e.g. a lost summary rebuilt.
