@@ -6,7 +6,8 @@ ceil(remaining / keep) children and the rest are pruned. Ties keep creation orde
 
 Note: ALGORITHMS.md takes sqrt of the width W; the ETS public code passes the *remaining*
 width to this function and takes sqrt of that. We follow ALGORITHMS.md; the two agree
-until the first trajectory completes.
+until the first trajectory completes. With `compat: ets_code`: keep = fixed_width if set
+else ceil(sqrt(remaining)), and ties rank the later candidate first (search/compat.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 
 from search.base import Allocation, Frontier, Strategy, register
+from search.compat import later_first
 
 
 def beams_kept(width: int, fixed_width: int | None) -> int:
@@ -24,7 +26,12 @@ def beams_kept(width: int, fixed_width: int | None) -> int:
 @register("beam")
 class Beam(Strategy):
     def select(self, frontier: Frontier) -> Allocation:
-        keep = beams_kept(frontier.width, self.config.fixed_width)
+        cands = frontier.candidates
+        if self.config.ets_code:
+            keep = beams_kept(frontier.remaining, self.config.fixed_width)
+            ranked = [cands[i] for i in later_first(frontier.scores())]
+        else:
+            keep = beams_kept(frontier.width, self.config.fixed_width)
+            ranked = sorted(cands, key=lambda c: -c.score)  # stable: ties in creation order
         per_beam = math.ceil(frontier.remaining / keep)
-        ranked = sorted(frontier.candidates, key=lambda c: -c.score)  # stable: ties in creation order
         return {c.id: per_beam for c in ranked[:keep]}

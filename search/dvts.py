@@ -2,17 +2,23 @@
 
 S = fixed_width if set else ceil(sqrt(W)). At depth 1 the W children of the root (in
 creation order, completed ones included) are split into S contiguous groups, the first
-`W mod S` groups one longer, as the ETS public code splits them; each group is a subtree
-with its own width W // S, led by its best child. From then on each subtree keeps only its
-single best child per parent and gives it the subtree's remaining width: W // S minus the
-trajectories completed inside that subtree.
+`W mod S` groups one longer (ALGORITHMS.md); each group is a subtree with its own width
+W // S, led by its best child. From then on each subtree keeps only its single best child
+per parent and gives it the subtree's remaining width: W // S minus the trajectories
+completed inside that subtree.
+
+The ETS public code departs in two ways, reproduced with `compat: ets_code`: at depth 1 it
+splits only the root's *surviving* children (the completed ones are not in its groups),
+and a subtree's width never shrinks (its completed nodes carry no subtree id), so every
+kept node gets W // S each round and the search can finish more than W trajectories.
 
 A node's subtree is the label of its depth-1 ancestor (`tags["subtree"]`); a kept node
 carries its subtree's initial width in `tags["subtree_width"]`, inherited by its children.
 
-When the root has fewer than S children (only possible with fixed_width > W), groups are
-cycled over the children as in the public code; a child leading several subtrees gets the
-sum of their widths, and its descendants are counted in the first of them.
+When fewer than S children are split (by default only possible with fixed_width > W),
+groups are cycled over them as in the public code; a child leading several subtrees gets
+the sum of their widths, and its descendants are counted in the first of them (in the
+ETS code they go on as one subtree of width W // S).
 """
 
 from __future__ import annotations
@@ -52,11 +58,16 @@ def subtree_of(node: Node):
 class DVTS(Strategy):
     def select(self, frontier: Frontier) -> Allocation:
         n_subtrees = beams_kept(frontier.width, self.config.fixed_width)  # beam's rule: S = keep
+        per_subtree = frontier.width // n_subtrees
+        ets_code = self.config.ets_code
         if frontier.depth == 1:
-            leaders = self._split_root(frontier, n_subtrees, frontier.width // n_subtrees)
+            # ALGORITHMS.md splits every child of the root; the ETS code its surviving ones
+            children = frontier.candidates if ets_code else frontier.tree.root.children
+            leaders = self._split_root(frontier, children, n_subtrees, per_subtree)
         else:
-            leaders = self._best_per_parent(frontier)
-        done = Counter(subtree_of(n) for n in frontier.completed)
+            leaders = self._best_per_parent(frontier, per_subtree if ets_code else None)
+        # the ETS code never shrinks a subtree's width
+        done = Counter() if ets_code else Counter(subtree_of(n) for n in frontier.completed)
         alloc: Allocation = {}
         for c in leaders:
             width = c.tags[SUBTREE_WIDTH] - done[subtree_of(c)]
@@ -65,8 +76,7 @@ class DVTS(Strategy):
         return alloc
 
     @staticmethod
-    def _split_root(frontier: Frontier, n_subtrees: int, per_subtree: int) -> list[Node]:
-        children = frontier.tree.root.children
+    def _split_root(frontier: Frontier, children: list[Node], n_subtrees: int, per_subtree: int) -> list[Node]:
         alive_ids = {c.id for c in frontier.candidates}
         led: Counter[int] = Counter()
         leaders: dict[int, Node] = {}
@@ -83,10 +93,11 @@ class DVTS(Strategy):
         return list(leaders.values())
 
     @staticmethod
-    def _best_per_parent(frontier: Frontier) -> list[Node]:
+    def _best_per_parent(frontier: Frontier, width: int | None) -> list[Node]:
+        """The best child of each parent; each carries `width`, or its parent's width if None."""
         best: dict[int, Node] = {}
         for c in frontier.candidates:
-            c.tags[SUBTREE_WIDTH] = c.parent.tags[SUBTREE_WIDTH]
+            c.tags[SUBTREE_WIDTH] = c.parent.tags[SUBTREE_WIDTH] if width is None else width
             cur = best.get(c.parent.id)
             if cur is None or c.score > cur.score:
                 best[c.parent.id] = c

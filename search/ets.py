@@ -10,6 +10,10 @@ REBASE over the leaves it kept. ALGORITHMS.md, "ETS", is the specification:
 4. REBASE again over the kept leaves (pruned leaves score -inf), handing out all of
    `remaining`.
 
+With `compat: ets_code` both REBASE passes are the ETS code's (search/compat.py): the
+first ranks ties earlier first, the final one later first, with its division by T before
+the float32 exponentials; either can hand out one child more than `remaining`.
+
 Beyond the paper: `kv_budget` caps the tokens of the kept nodes; `lp_relax` solves the
 LP relaxation and rounds. When the solver fails or hits its time limit the REBASE
 allocation is kept (with a budget: its best leaves that fit), counted in
@@ -31,6 +35,7 @@ import numpy as np
 from ets.tree import Node
 from lp import FALLBACK_STATUSES, StepClusterer, solve_selection
 from search.base import Allocation, Frontier, Strategy, register
+from search.compat import EARLIER, LATER, reference_allocate
 from search.rebase import allocate
 
 log = logging.getLogger(__name__)
@@ -91,11 +96,17 @@ class ETS(Strategy):
         cfg = self.config
         cands, remaining = frontier.candidates, frontier.remaining
         scores = frontier.scores()
-        counts = allocate(scores, remaining, cfg.softmax_temperature)
+        if cfg.ets_code:
+            counts = reference_allocate(scores, remaining, cfg.softmax_temperature, ties=EARLIER)
+        else:
+            counts = allocate(scores, remaining, cfg.softmax_temperature)
         if len(cands) > 1 and remaining > 0:
             kept = self._prune(cands, counts, frontier.metrics)
             pruned = [s if k else -np.inf for s, k in zip(scores, kept)]
-            counts = allocate(pruned, remaining, cfg.softmax_temperature)
+            if cfg.ets_code:
+                counts = reference_allocate(pruned, remaining, cfg.softmax_temperature, ties=LATER, scale_first=True)
+            else:
+                counts = allocate(pruned, remaining, cfg.softmax_temperature)
         return {c.id: k for c, k in zip(cands, counts) if k > 0}
 
     def _prune(self, cands: list[Node], counts: list[int], metrics: Counter[str]) -> np.ndarray:

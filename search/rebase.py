@@ -6,6 +6,10 @@ Candidates sorted by score, descending; with budget B = remaining width and temp
 
 Every candidate with non-negligible weight survives, so the tree stays wide and shares
 little KV cache; ETS (search/ets.py) reuses `allocate` on the leaves its program keeps.
+
+With `compat: ets_code` the ETS code's loop runs instead (`search.compat.reference_allocate`):
+ties give the extra child to the later candidate, and its float32 sums can hand out one
+child more than the remaining width.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import math
 from typing import Sequence
 
 from search.base import Allocation, Frontier, Strategy, register
+from search.compat import reference_allocate
 
 # ceil() of a ratio that is an integer in exact arithmetic can land a hair above it in
 # floating point (3.0000000000000004 -> 4); this slack absorbs that, nothing more.
@@ -58,5 +63,6 @@ def allocate(scores: Sequence[float], width: int, temperature: float) -> list[in
 @register("rebase")
 class Rebase(Strategy):
     def select(self, frontier: Frontier) -> Allocation:
-        counts = allocate(frontier.scores(), frontier.remaining, self.config.softmax_temperature)
+        share = reference_allocate if self.config.ets_code else allocate
+        counts = share(frontier.scores(), frontier.remaining, self.config.softmax_temperature)
         return {c.id: k for c, k in zip(frontier.candidates, counts) if k > 0}
