@@ -17,12 +17,22 @@ def search(problems, *, policy, reward, config: SearchConfig | None = None, conc
     `question` and optionally `answer`); one result record per problem, in order.
     See `ets.loop.controller.search`; `ets.loop.SearchLoop(...).run()` also returns the
     run's statistics (`RunStats`). Problems in flight are limited by `concurrency` and by
-    the policy's own KV capacity (`policy.memory()`)."""
+    the policy's own KV capacity (`policy.memory()`).
+
+    `config` decides the search *and* its sampling: its temperature, top_p, top_k,
+    max_step_tokens and seed go with every request to the policy, whatever config the
+    policy was built with (a policy that cannot honour them raises). Without `config`, the
+    search config the policy was built with (`policy.search`, as `build_policy` and the
+    built-in backends keep it), else `SearchConfig()`. A problem's result depends only on
+    the config, its seed and the problem, not on the other problems or `concurrency`."""
     from ets.loop.controller import search as _search
     from ets.data import as_problem
 
+    if config is None:
+        built = getattr(policy, "search", None)
+        config = built if isinstance(built, SearchConfig) else SearchConfig()
     items = [as_problem(p, i) for i, p in enumerate(problems)]
-    return _search(items, policy, reward, config or SearchConfig(), concurrency=concurrency, on_result=on_result, progress=progress)
+    return _search(items, policy, reward, config, concurrency=concurrency, on_result=on_result, progress=progress)
 
 
 def __getattr__(name: str):

@@ -196,3 +196,40 @@ def test_a_young_search_is_reserved_its_peak_not_its_first_round(policy):
     assert 2 * first_round <= capacity                    # the old rule admitted both at once
     records, stats = SearchLoop(PROBLEMS[:2], Capped(policy, capacity), text_score, cfg, concurrency=2).run()
     assert stats.peak_active == 1 and len(records) == 2
+
+
+def test_node_seeds_are_stable_and_per_problem():
+    """A node's seed is a hash of (config seed, problem id, question, node id): the same in
+    every run and process (no Python hash randomisation), and apart for other problems."""
+    from ets.loop.controller import node_seed
+
+    p, q = Problem("7", "What is 1 + 1?", "2", {}), Problem("8", "What is 1 + 1?", "2", {})
+    seeds = {node_seed(s, x, n) for s in (0, 1) for x in (p, q) for n in (0, 1, 2)}
+    assert len(seeds) == 12 and all(0 <= s < 2**62 for s in seeds)
+    assert node_seed(0, p, 0) == node_seed(0, Problem("7", "What is 1 + 1?", None, {"other": 1}), 0)
+    assert node_seed(0, p, 0) == 4221479869723323015  # pinned: a change re-draws every search
+
+
+def test_every_request_carries_its_seed_and_the_configs_sampling(policy):
+    from ets.policy.base import SamplingSettings
+
+    seen = []
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner, self.tokenizer = inner, inner.tokenizer
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def expand(self, requests):
+            seen.extend(requests)
+            return self.inner.expand(requests)
+
+    from ets.loop.controller import node_seed
+
+    cfg = SearchConfig(method="rebase", width=2, max_step_tokens=3, max_depth=2, temperature=0.5, top_k=5, seed=9)
+    search(PROBLEMS[:2], Spy(policy), text_score, cfg, concurrency=2)
+    assert seen and all(r.sampling == SamplingSettings(0.5, 1.0, 5, 3) for r in seen)
+    by_index = {0: PROBLEMS[0], 1: PROBLEMS[1]}
+    assert all(r.seed == node_seed(9, by_index[r.key[0]], r.key[1]) for r in seen)

@@ -91,13 +91,34 @@ def test_search_larger_than_the_pool_finishes_with_the_same_result(model_tok):
     tiny_pool.check()
 
 
-# ---- a request's own seed and sampling settings ----
+# ---- the search config's sampling settings go with every request (ets.search(config=...)) ----
 
 def _both(model, tok, built: SearchConfig):
     """Both backends, built with `built` (the settings a call may override)."""
     policy_cfg = PolicyConfig(model="tiny:qwen2", step_delimiter="a")
     return {"engine": EnginePolicy(Engine(model, tok, kv_budget_tokens=4096), policy_cfg, built),
             "hf": HFPolicy(model, tok, policy_cfg, built)}
+
+
+def test_ets_search_samples_with_the_config_it_is_given(model_tok):
+    import ets
+
+    model, tok = model_tok
+    built = SearchConfig(temperature=1.0, max_step_tokens=8)   # what the policies were built with
+    problems = ["What is 2 + 3?", "What is 4 + 4?"]
+    greedy = SearchConfig(method="rebase", width=4, temperature=0, max_step_tokens=5, max_depth=3, max_tokens=100)
+    got = {}
+    for name, policy in _both(model, tok, built).items():
+        got[name] = ets.search(problems, policy=policy, reward=_score, config=greedy)
+        for r in got[name]:
+            # T=0: every child of a node is the same, so all W trajectories are one.
+            assert len(r["trajectories"]) == 4 and len({tuple(t["steps"]) for t in r["trajectories"]}) == 1
+            # max_step_tokens=5 of the call, not the build-time 8: at most 3 steps of 5 tokens.
+            assert all(t["tokens"] <= 15 for t in r["trajectories"])
+        sampled = ets.search(problems, policy=policy, reward=_score, config=SearchConfig(
+            method="rebase", width=4, temperature=1.0, max_step_tokens=5, max_depth=3, max_tokens=100))
+        assert any(len({tuple(t["steps"]) for t in r["trajectories"]}) > 1 for r in sampled)
+    assert [r["trajectories"] for r in got["engine"]] == [r["trajectories"] for r in got["hf"]]
 
 
 @pytest.mark.parametrize("backend", ["engine", "hf"])
@@ -116,6 +137,17 @@ def test_a_requests_sampling_settings_are_honoured(model_tok, backend):
     top1 = policy.expand([ExpandRequest("q", prompt, 3, seed=7, sampling=SamplingSettings(1.0, 1.0, 1, 8))])[0]
     assert [s.token_ids for s in top1] == [s.token_ids for s in greedy]
     policy.release([s.handle for s in [*short, *greedy, *top1]])
+
+
+def test_without_a_config_ets_search_uses_the_policys_own(model_tok):
+    import ets
+
+    model, tok = model_tok
+    built = SearchConfig(method="beam", width=4, temperature=0, max_step_tokens=4, max_depth=2, max_tokens=100)
+    policy = _both(model, tok, built)["engine"]
+    record = ets.search(["What is 2 + 3?"], policy=policy, reward=_score)[0]
+    assert record["method"] == "beam" and record["width"] == 4
+    assert len({tuple(t["steps"]) for t in record["trajectories"]}) == 1
 
 
 def test_a_request_seed_fixes_its_samples_whatever_else_is_in_the_call(model_tok):

@@ -16,10 +16,31 @@ the allocation its strategy chose last round and its own metrics. A round (`step
   5. finish  problems with nothing left to expand are voted, graded and handed to
              `on_result` at once (a caller can write them before the run ends), making room
              for the next.
+
+One answer per seed: every request carries its own seed, `node_seed(config seed, problem,
+node id)`, and the config's `SamplingSettings`, so a problem's samples depend only on the
+config, the seed and the problem, never on `concurrency`, admission order, the pool size or
+what else is in flight (the policy's contract, ets/policy/base.py).
+
+Limits, measured and not papered over. The PRM scores and ETS's step embeddings are
+computed in batches whose composition varies with what is in flight, and their floats move
+in the last bits: on the demo (10 problems, every method, concurrency 10 against 1) step
+scores differed by up to 3.8e-6 while every trajectory, answer and KV figure was the same;
+on configs/tiny.yaml they agree to 1e-6. A selection reads those floats, so it *can* flip
+when two candidates' scores (or a REBASE share at an integer, or a cosine distance at the
+ETS cut) lie within that distance of the decision: in those demo runs two beam candidates
+with different text were 1.8e-7 apart, closer than the jitter, yet no record changed.
+(Candidates with the same text got bit-identical scores within a run, and ties
+keep candidate order.) So a record is reproducible exactly when no decision is that close;
+tests/test_determinism.py checks it on the test configs. ETS's solver also runs under a
+wall-clock limit (`lp_time_limit`): a solve that runs out falls back to REBASE, which a
+slower or busier machine can make happen on one run and not another (counted in
+`lp_fallback`, and logged).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,10 +53,20 @@ from ets.config import SearchConfig
 from ets.data import Problem
 from ets.loop.admission import KVAdmission
 from ets.loop.record import result_record
-from ets.policy.base import ExpandRequest, Policy, Prompt
+from ets.policy.base import ExpandRequest, Policy, Prompt, SamplingSettings
 from ets.tree import Node, SearchTree, kv_size
 from rewards.base import validate_scores
 from search import Frontier, Strategy, build
+
+
+def node_seed(seed: int, problem: Problem, node_id: int) -> int:
+    """The seed of the children of node `node_id` of `problem`'s search under the config's
+    `seed`: a 62-bit BLAKE2b hash of (seed, problem id, question, node id). Node ids are
+    given in the order a tree grows, which depends on this problem alone; the question is
+    hashed too, so a bare question given to `ets.search` (whose id is its position in the
+    list) draws the same samples wherever it stands."""
+    key = f"{seed}\x00{problem.id}\x00{problem.question}\x00{node_id}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 2
 
 
 class RunStats(NamedTuple):
@@ -98,6 +129,7 @@ class SearchLoop:
         self.strategy = strategy or build(config)
         self.reward_name = getattr(reward, "name", getattr(reward, "__name__", type(reward).__name__))
         self.score_fn = getattr(reward, "score", reward)
+        self.sampling = SamplingSettings.from_search(config)  # what every request asks for
         self.concurrency = concurrency
         self.on_result = on_result
         self.progress = progress
@@ -156,8 +188,10 @@ class SearchLoop:
 
     def expand(self) -> dict[int, list[Node]]:
         """One policy call for every active allocation; the new children of each problem."""
+        seed = self.config.seed
         requests = [
-            ExpandRequest((a.index, node_id), a.tree.nodes[node_id].path_token_ids(), n)
+            ExpandRequest((a.index, node_id), a.tree.nodes[node_id].path_token_ids(), n,
+                          node_seed(seed, a.problem, node_id), self.sampling)
             for a in self.active
             for node_id, n in a.alloc.items()
         ]
