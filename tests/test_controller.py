@@ -153,7 +153,12 @@ def test_hf_policy_keeps_no_kv_between_calls(policy):
 def test_the_policys_capacity_limits_problems_in_flight(policy):
     cfg = SearchConfig(method="rebase", width=4, max_step_tokens=4, max_depth=2, max_tokens=100)
     a, unlimited = SearchLoop(PROBLEMS, policy, text_score, cfg, concurrency=3).run()
-    b, tight = SearchLoop(PROBLEMS, Capped(policy, 1), text_score, cfg, concurrency=3).run()
+    # The least capacity a run accepts: one sequence of the longest prompt (prompt + 8
+    # tokens of 2 steps of 4), far below one search's expected peak (prompt + 4 x 100).
+    longest = max(len(policy.format_prompt(p.question).token_ids) for p in PROBLEMS)
+    one_sequence = SearchLoop(PROBLEMS, policy, text_score, cfg).sequence_tokens(longest)
+    assert one_sequence == longest + 8
+    b, tight = SearchLoop(PROBLEMS, Capped(policy, one_sequence), text_score, cfg, concurrency=3).run()
     assert unlimited.peak_active == 3 and unlimited.mean_active > 1
     # A capacity below one search still runs every problem, one at a time.
     assert tight.peak_active == 1 and tight.rounds == 3 * unlimited.rounds and tight.mean_active == 1

@@ -17,6 +17,12 @@ the allocation its strategy chose last round and its own metrics. A round (`step
              `on_result` at once (a caller can write them before the run ends), making room
              for the next.
 
+Before the first round every prompt is formatted and checked (`preflight`): a prompt that
+leaves no room in the model's context is the policy's `PromptTooLong`, raised here as a
+`DataError` naming the problem (or, with `policy.prompt_overflow: truncate`, cut to its last
+tokens with one warning per problem), and a KV pool that cannot hold one sequence of the
+longest prompt is a `ConfigError` naming `policy.kv_budget_tokens`, before any search.
+
 One answer per seed: every request carries its own seed, `node_seed(config seed, problem,
 node id)`, and the config's `SamplingSettings`, so a problem's samples depend only on the
 config, the seed and the problem, never on `concurrency`, admission order, the pool size or
@@ -41,6 +47,7 @@ slower or busier machine can make happen on one run and not another (counted in
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -49,14 +56,16 @@ from typing import Any, Callable, Iterable, NamedTuple
 from ets.answers.aggregate import choose_answer
 from ets.answers.extract import extract_answer, is_final_step
 from ets.answers.grading import is_equivalent
-from ets.config import SearchConfig
-from ets.data import Problem
+from ets.config import ConfigError, SearchConfig
+from ets.data import DataError, Problem
 from ets.loop.admission import KVAdmission
 from ets.loop.record import result_record
-from ets.policy.base import ExpandRequest, Policy, Prompt, SamplingSettings
+from ets.policy.base import ExpandRequest, Policy, Prompt, PromptTooLong, SamplingSettings
 from ets.tree import Node, SearchTree, kv_size
 from rewards.base import validate_scores
 from search import Frontier, Strategy, build
+
+log = logging.getLogger(__name__)
 
 
 def node_seed(seed: int, problem: Problem, node_id: int) -> int:
@@ -98,6 +107,7 @@ class _Active:
     handles: dict[int, Any] = field(default_factory=dict)  # node id -> the policy's lock
     kv_size_steps: list[int] = field(default_factory=list)
     peak_footprint: float = 0.0  # the most KV tokens a round of this search has locked
+    context_warned: bool = False  # a path of this search has reached the model's context
     started: float = field(default_factory=time.perf_counter)
 
 
@@ -130,6 +140,7 @@ class SearchLoop:
         self.reward_name = getattr(reward, "name", getattr(reward, "__name__", type(reward).__name__))
         self.score_fn = getattr(reward, "score", reward)
         self.sampling = SamplingSettings.from_search(config)  # what every request asks for
+        self.context_tokens = getattr(policy, "context_tokens", None)
         self.concurrency = concurrency
         self.on_result = on_result
         self.progress = progress
@@ -141,6 +152,7 @@ class SearchLoop:
         self.results: dict[int, dict[str, Any]] = {}
         self._prompts: dict[int, Prompt] = {}  # tokenised once, even if a problem waits several rounds
         self._rounds = self._active_sum = self._peak_active = 0
+        self._checked = False
 
     def run(self) -> LoopResult:
         while self.step():
@@ -149,6 +161,8 @@ class SearchLoop:
 
     def step(self) -> bool:
         """One round; False when every problem is done."""
+        if not self._checked:
+            self.preflight()
         self.admit()
         if not self.active:
             return False
@@ -165,6 +179,55 @@ class SearchLoop:
         return RunStats(r, self._active_sum / r if r else 0.0, self._peak_active, self.admission.mean_peak or 0.0)
 
     # ------------------------------------------------------------------ the round
+    def preflight(self) -> None:
+        """Format every waiting prompt and check, before any search, that each fits the
+        model's context and that the longest fits one sequence in the policy's KV pool."""
+        self._checked = True
+        for index, problem in self.pending:
+            self._prompt(index, problem)
+        capacity = self.admission.capacity_tokens
+        if capacity is None or not self._prompts:
+            return
+        index, problem = max(reversed(self.pending), key=lambda item: len(self._prompts[item[0]].token_ids))
+        prompt = len(self._prompts[index].token_ids)
+        need = self.sequence_tokens(prompt)
+        if need > capacity:
+            c = self.config
+            by_tokens, by_depth = c.max_tokens - 1 + c.max_step_tokens, c.max_depth * c.max_step_tokens
+            if need < prompt + min(by_tokens, by_depth):
+                why, lower = f"what the model's context of {self.context_tokens} leaves", "policy.max_context"
+            elif by_depth < by_tokens:
+                why, lower = f"max_depth {c.max_depth} x max_step_tokens {c.max_step_tokens}", "max_depth"
+            else:
+                why, lower = f"max_tokens {c.max_tokens} - 1 + max_step_tokens {c.max_step_tokens}", "max_tokens"
+            raise ConfigError(
+                f"policy.kv_budget_tokens: the policy's KV pool of {capacity} tokens cannot hold one sequence of "
+                f"problem {problem.id!r}: its prompt ({prompt} tokens) and up to {need - prompt} generated tokens "
+                f"({why}) need {need}; set policy.kv_budget_tokens >= {need} or lower {lower} (a pool smaller than "
+                f"a whole search is fine: the engine evicts and recomputes)")
+
+    def sequence_tokens(self, prompt_tokens: int) -> int:
+        """The longest sequence a search from a prompt of `prompt_tokens` asks the policy for:
+        a path is extended only while it holds fewer than max_tokens generated tokens and
+        max_depth steps, by at most max_step_tokens, and never past the model's context."""
+        c = self.config
+        need = prompt_tokens + min(c.max_tokens - 1 + c.max_step_tokens, c.max_depth * c.max_step_tokens)
+        return need if self.context_tokens is None else min(need, self.context_tokens)
+
+    def _prompt(self, index: int, problem: Problem) -> Prompt:
+        """The problem's prompt, formatted (and fitted to the context) once."""
+        if index not in self._prompts:
+            try:
+                prompt = Prompt(*self.policy.format_prompt(problem.question))
+            except PromptTooLong as exc:
+                raise DataError(f"problem {problem.id!r}: {exc}") from None
+            if prompt.truncated_from is not None:
+                log.warning("problem %r: its prompt of %d tokens does not fit the model's context of %s; kept its "
+                            "last %d tokens (policy.prompt_overflow=truncate)", problem.id, prompt.truncated_from,
+                            self.context_tokens, len(prompt.token_ids))
+            self._prompts[index] = prompt
+        return self._prompts[index]
+
     def admit(self) -> None:
         """Start waiting problems while their expected peak KV fits beside the active ones'."""
         reserved = 0.0
@@ -174,14 +237,14 @@ class SearchLoop:
             reserved += self.admission.reservation(footprint, a.tree.root.num_tokens)
         while self.pending and len(self.active) < self.concurrency:
             index, problem = self.pending[-1]
-            if index not in self._prompts:
-                self._prompts[index] = Prompt(*self.policy.format_prompt(problem.question))
-            prompt = self._prompts[index]
+            prompt = self._prompt(index, problem)
             if not self.admission.admits(reserved, len(prompt.token_ids), len(self.active)):
                 break  # wait until a finished search frees its share of the capacity
             self.pending.pop()
             del self._prompts[index]
             a = _Active(index, problem, SearchTree(prompt.text, prompt.token_ids), {0: self.config.width}, self.config.width)
+            if prompt.truncated_from is not None:
+                a.tree.root.tags["truncated_from"] = prompt.truncated_from
             a.peak_footprint = self.admission.footprint([a.tree.root], self.config.width)
             reserved += self.admission.reservation(a.peak_footprint, len(prompt.token_ids))
             self.active.append(a)
@@ -261,9 +324,15 @@ class SearchLoop:
         a.depth += 1
         candidates = []
         for child in new:
-            # A trajectory also ends at the token or depth limit (ALGORITHMS.md ends the loop
-            # at max_depth; we keep those trajectories as completed so they can still vote).
-            if child.terminal or child.cum_tokens >= config.max_tokens or child.depth >= config.max_depth:
+            # A trajectory also ends at the model's context, or the token or depth limit
+            # (ALGORITHMS.md ends the loop at max_depth; we keep those trajectories as
+            # completed so they can still vote).
+            at_context = child.tags.get("finish") == "context"
+            if at_context and not a.context_warned:
+                a.context_warned = True
+                log.warning("problem %r: a path reached the model's context (%s tokens); trajectories that reach it "
+                            "end there (finish 'context')", a.problem.id, self.context_tokens)
+            if child.terminal or at_context or child.cum_tokens >= config.max_tokens or child.depth >= config.max_depth:
                 a.completed.append(child)
                 a.remaining -= 1
             else:

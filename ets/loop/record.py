@@ -5,8 +5,17 @@ Fields (documented for users in the README, "Output format"):
   method, width, aggregation, vote  how it was searched and how the answer was chosen
   answer, correct                   the chosen answer and whether it is equivalent to the truth
   trajectories                      every completed trajectory: steps, step_scores, answer,
-                                    tokens, finish (answer | eos | max_tokens | max_depth)
+                                    tokens, finish: why it ended, one of
+                                      answer      its last step gives a final answer
+                                      eos         the policy ended it (EOS)
+                                      context     its path filled the model's context
+                                                  (policy.max_context or max_position_embeddings)
+                                      max_tokens  it generated max_tokens tokens
+                                      max_depth   it took max_depth steps
   generated_tokens                  tokens the policy generated for this problem (all nodes)
+  prompt_tokens                     tokens of the prompt the search started from
+  prompt_truncated_from             only when the prompt was cut to fit the model's context
+                                    (policy.prompt_overflow=truncate): its length before
   kv_size, kv_size_steps            the paper's KV-size metric (prompt counted), summed over
                                     selection steps, and per step
   num_nodes, depth                  size of the search tree
@@ -27,6 +36,8 @@ from ets.tree import Node, SearchTree
 def _finish_reason(node: Node, config: SearchConfig) -> str:
     if node.terminal:
         return "answer" if node.tags.get("finish") != "eos" else "eos"
+    if node.tags.get("finish") == "context":
+        return "context"
     if node.cum_tokens >= config.max_tokens:
         return "max_tokens"
     return "max_depth"
@@ -75,6 +86,8 @@ def result_record(
         "wall_time": round(wall_time, 4),
         "strategy_metrics": strategy_metrics,
     }
+    if "truncated_from" in tree.root.tags:
+        record["prompt_truncated_from"] = tree.root.tags["truncated_from"]
     if save_tree:
         record["tree"] = tree.to_dict()
     return record

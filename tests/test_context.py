@@ -1,0 +1,212 @@
+"""The model's context and the KV pool bound what a search may ask for, and say so.
+
+- a prompt that leaves no room in the model's context (`max_position_embeddings`, or
+  `policy.max_context`) is refused naming the problem (`policy.prompt_overflow: error`), or
+  cut to its last tokens with a warning (`truncate`), before any search;
+- during a search no path grows past the context: new tokens are capped, and a path that
+  fills the context ends its trajectory with finish "context" (one warning per problem);
+- a KV pool that cannot hold one sequence (prompt + max_tokens + a step) is a one-line error
+  naming `policy.kv_budget_tokens` before any search; a small but sufficient pool runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from ets.app.cli import main
+from ets.config import ConfigError, PolicyConfig, SearchConfig
+from ets.data import DataError, Problem
+from ets.engine import Engine
+from ets.loop.controller import SearchLoop, search
+from ets.models.tiny import build_tiny_model, save_tiny_model
+from ets.policy.base import ExpandRequest, Prompt, PromptTooLong
+from ets.policy.engine import EnginePolicy
+from ets.policy.hf import HFPolicy
+from ets.policy.steps import fit_prompt
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+CONTEXT = 48
+
+
+def score(questions, trajectories):
+    return [[[0.5 + 0.01 * len(s) % 0.5 for s in traj] for traj in per_q] for per_q in trajectories]
+
+
+@pytest.fixture(scope="module")
+def short_model():
+    """A tiny model whose config says it has 48 positions."""
+    model, tok = build_tiny_model("llama", seed=5)
+    model.config.max_position_embeddings = CONTEXT
+    return model, tok
+
+
+def policies(model, tok, search_cfg, **policy_kw):
+    cfg = PolicyConfig(model="tiny:llama", step_delimiter="\n", **policy_kw)
+    return {"engine": EnginePolicy(Engine(model, tok, kv_budget_tokens=4096), cfg, search_cfg),
+            "hf": HFPolicy(model, tok, cfg, search_cfg)}
+
+
+def test_fit_prompt_refuses_or_keeps_the_last_tokens(short_model):
+    _, tok = short_model
+    ids = [tok.bos_token_id, *range(60, 60 + 59)]   # 60 tokens against 48
+    prompt = Prompt("text", ids)
+    with pytest.raises(PromptTooLong, match="its prompt is 60 tokens and the model's context is 48"):
+        fit_prompt(prompt, CONTEXT, "error", 8, tok)
+    cut = fit_prompt(prompt, CONTEXT, "truncate", 8, tok)
+    # Room for one whole step (8 tokens) is left; the BOS stays in front.
+    assert cut.truncated_from == 60 and len(cut.token_ids) == 40
+    assert cut.token_ids == [tok.bos_token_id, *ids[-39:]]
+    assert fit_prompt(Prompt("t", ids[:47]), CONTEXT, "error", 8, tok).token_ids == ids[:47]  # room for one token
+    assert fit_prompt(prompt, None, "error", 8, tok) is prompt                                 # no context known
+
+
+@pytest.mark.parametrize("backend", ["engine", "hf"])
+def test_a_path_never_passes_the_context_and_ends_there(short_model, backend, caplog):
+    model, tok = short_model
+    cfg = SearchConfig(method="rebase", width=3, max_step_tokens=8, max_tokens=200, max_depth=20, temperature=1.0)
+    policy = policies(model, tok, cfg)[backend]
+    assert policy.context_tokens == CONTEXT
+    problems = [Problem("a", "What is 2 + 2?", "4", {}), Problem("b", "What is 3 + 5?", "8", {})]
+    with caplog.at_level(logging.WARNING, logger="ets.loop.controller"):
+        records = search(problems, policy, score, cfg, concurrency=2)
+    for r in records:
+        for t in r["trajectories"]:
+            assert r["prompt_tokens"] + t["tokens"] <= CONTEXT
+        assert any(t["finish"] == "context" for t in r["trajectories"])
+    # Every trajectory ended: on an EOS, at the context, never past it.
+    assert {t["finish"] for r in records for t in r["trajectories"]} <= {"context", "eos", "answer"}
+    warned = [rec.getMessage() for rec in caplog.records if "reached the model's context" in rec.getMessage()]
+    assert len(warned) == 2 and "problem 'a'" in warned[0] + warned[1] and "(48 tokens)" in warned[0]
+
+
+def test_both_backends_cap_alike(short_model):
+    model, tok = short_model
+    cfg = SearchConfig(method="beam", width=4, max_step_tokens=8, max_tokens=200, max_depth=20, temperature=0)
+    problems = [Problem("a", "What is 2 + 2?", "4", {})]
+    got = {name: search(problems, p, score, cfg) for name, p in policies(model, tok, cfg).items()}
+    assert got["engine"][0]["trajectories"] == got["hf"][0]["trajectories"]
+
+
+@pytest.mark.parametrize("backend", ["engine", "hf"])
+def test_a_request_at_the_context_decodes_nothing(short_model, backend):
+    model, tok = short_model
+    policy = policies(model, tok, SearchConfig(max_step_tokens=8))[backend]
+    steps = policy.expand([ExpandRequest("full", [tok.bos_token_id] * CONTEXT, 2, seed=1),
+                           ExpandRequest("near", [tok.bos_token_id] * (CONTEXT - 3), 1, seed=2)])
+    assert [(s.token_ids, s.finish) for s in steps[0]] == [([], "context")] * 2
+    assert len(steps[1][0].token_ids) <= 3 and steps[1][0].finish in ("context", "eos")
+    policy.release([s.handle for per in steps for s in per])
+
+
+LONG = "Sam counts the apples in every basket of the market, one basket after another. " * 2
+
+
+@pytest.mark.parametrize("backend", ["engine", "hf"])
+def test_a_long_prompt_is_refused_naming_the_problem_before_any_search(short_model, backend):
+    model, tok = short_model
+    cfg = SearchConfig(method="rebase", width=2, max_step_tokens=8)
+    policy = policies(model, tok, cfg)[backend]
+    problems = [Problem("short", "What is 1 + 1?", "2", {}), Problem("long-one", LONG, "3", {})]
+    n = len(tok(LONG + "\n")["input_ids"])
+    with pytest.raises(DataError, match=rf"^problem 'long-one': its prompt is {n} tokens and the model's context "
+                                        r"is 48 .*policy.prompt_overflow=truncate"):
+        search(problems, policy, score, cfg)
+    assert policy.stats()["expand_calls"] == 0   # refused before the short problem was searched
+
+
+@pytest.mark.parametrize("backend", ["engine", "hf"])
+def test_a_long_prompt_is_truncated_when_configured(short_model, backend, caplog):
+    model, tok = short_model
+    cfg = SearchConfig(method="rebase", width=2, max_step_tokens=8, max_depth=3)
+    policy = policies(model, tok, cfg, prompt_overflow="truncate")[backend]
+    n = len(tok(LONG + "\n")["input_ids"])
+    with caplog.at_level(logging.WARNING, logger="ets.loop.controller"):
+        record = search([Problem("long-one", LONG, "3", {})], policy, score, cfg)[0]
+    assert record["prompt_truncated_from"] == n and record["prompt_tokens"] == CONTEXT - 8
+    assert all(record["prompt_tokens"] + t["tokens"] <= CONTEXT for t in record["trajectories"])
+    lines = [r.getMessage() for r in caplog.records if "does not fit the model's context" in r.getMessage()]
+    assert lines == [f"problem 'long-one': its prompt of {n} tokens does not fit the model's context of 48; kept "
+                     f"its last 40 tokens (policy.prompt_overflow=truncate)"]
+
+
+def test_max_context_overrides_the_models_positions(short_model):
+    model, tok = short_model
+    policy = policies(model, tok, SearchConfig(), max_context=32)["engine"]
+    assert policy.context_tokens == 32
+    with pytest.raises(ConfigError, match="policy.max_context"):
+        PolicyConfig(max_context=1)
+    with pytest.raises(ConfigError, match="policy.prompt_overflow"):
+        PolicyConfig(prompt_overflow="drop")
+
+
+# ---- through `ets run`: one line, exit 2, nothing left behind ----
+
+def run_cli(*argv):
+    return main(["run", "--quiet", "--config", str(TINY), *argv])
+
+
+def one_line_error(capsys, code):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and err[0].startswith("ets: error:"), err
+    return err[0]
+
+
+def test_ets_run_refuses_a_prompt_longer_than_max_context(tmp_path, capsys):
+    out = tmp_path / "r" / "results.jsonl"
+    msg = one_line_error(capsys, run_cli("policy.max_context=40", f"output={out}"))
+    assert "problem 'q-" in msg and "its prompt is " in msg and "the model's context is 40" in msg
+    assert "policy.prompt_overflow=truncate" in msg
+    assert not out.exists()
+
+
+def test_ets_run_reads_the_context_from_the_models_config(tmp_path, capsys):
+    folder = save_tiny_model(tmp_path / "short", "llama", seed=0)
+    config = json.loads((folder / "config.json").read_text())
+    config["max_position_embeddings"] = 40
+    (folder / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "r" / "results.jsonl"
+    msg = one_line_error(capsys, run_cli(f"policy.model={folder}", "policy.backend=engine", f"output={out}"))
+    assert "the model's context is 40" in msg and not out.exists()
+    # Truncated instead: the run goes through, each record saying so.
+    assert run_cli(f"policy.model={folder}", "policy.prompt_overflow=truncate", "data.limit=2", f"output={out}") == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(r["prompt_tokens"] == 40 - 8 and r["prompt_truncated_from"] > 40 for r in records)
+
+
+@pytest.mark.parametrize("budget", [64, 95])
+def test_ets_run_refuses_a_pool_too_small_for_one_sequence(tmp_path, capsys, budget):
+    out = tmp_path / "r" / "results.jsonl"
+    msg = one_line_error(capsys, run_cli("policy.backend=engine", f"policy.kv_budget_tokens={budget}", f"output={out}"))
+    assert msg.startswith(f"ets: error: policy.kv_budget_tokens: the policy's KV pool of {budget} tokens cannot hold "
+                          "one sequence of problem ")
+    assert "(max_depth 4 x max_step_tokens 8) need 96; set policy.kv_budget_tokens >= 96 or lower max_depth" in msg
+    assert not out.exists()
+    need = 96
+    # Exactly one sequence's worth runs: far less than one search's tree (the engine evicts).
+    assert run_cli("policy.backend=engine", f"policy.kv_budget_tokens={need}", f"output={out}") == 0
+    summary = json.loads((out.parent / "results.summary.json").read_text())
+    assert summary["problems"] == 4 and summary["policy_memory"]["capacity_tokens"] == need
+    assert summary["policy_stats"]["evicted_tokens"] + summary["policy_stats"]["spilled_handles"] > 0
+
+
+def test_the_pool_check_counts_the_depth_and_the_context():
+    from ets.loop.controller import SearchLoop as Loop
+
+    class Fake:
+        tokenizer = None
+        context_tokens = 100
+
+        def format_prompt(self, q):
+            return Prompt(q, [1] * 30)
+
+    cfg = SearchConfig(max_tokens=1000, max_step_tokens=16, max_depth=4)
+    loop = Loop([], Fake(), score, cfg)
+    assert loop.sequence_tokens(30) == 30 + 4 * 16           # max_depth steps of max_step_tokens
+    assert Loop([], Fake(), score, SearchConfig(max_tokens=20, max_step_tokens=16)).sequence_tokens(30) == 30 + 19 + 16
+    assert Loop([], Fake(), score, SearchConfig(max_tokens=1000, max_step_tokens=16)).sequence_tokens(30) == 100
