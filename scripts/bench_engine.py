@@ -1,47 +1,91 @@
-"""Benchmark: the engine against the plain `transformers` baseline on a tree-shaped workload.
+"""Benchmark: the engine's speed, against plain `transformers` and the model's own floor.
 
-Several problems searched at once, as the controller does: every round, each problem's
-frontier nodes get children (width W in all), one batched `expand` call per round for all
-problems; then each problem keeps its `beams` best children (a fixed pseudo-random score,
-the same for both backends) and gives each W / beams children. Both backends run in this
-process on the same model object, through their `Policy` classes (ets/policy/engine.py,
-ets/policy/hf.py). Prints tokens/s of each, the ratio, resident KV of each, and a last line
-`speedup: X.XX`.
+Two suites, run in one process on one model object (other load on a shared machine then
+hits every backend alike): every measurement is repeated `--repeats` times, the backends
+*interleaved* within each repeat, and the median and spread (min-max) are printed. Only
+ratios inside one run mean anything on a shared machine.
 
-    python scripts/bench_engine.py [--problems 4 --width 16 --steps 6 --step-tokens 32 --threads 2]
+tree     Several problems searched at once, as the controller does: every round, each
+         problem's frontier nodes get children (width W in all), one batched `expand`
+         call per round for all problems; each problem keeps its `beams` best children (a
+         fixed pseudo-random score, the same for both backends) and gives each W / beams
+         children. The engine (ets/policy/engine.py) against plain generate (ets/policy/hf.py).
+scaling  Decode tokens/s of B sequences (1..512) over a context of `--context` tokens, for
+         `--decode` steps: B distinct prompts, and B samples of one prompt (a shared prefix),
+         against the model's own floor (one forward of the same batch over a 1-token
+         context, no cache) and a transformers decode loop (DynamicCache, same batch).
+
+    python scripts/bench_engine.py                          # both suites, demo policy, 1 and 2 threads
+    python scripts/bench_engine.py --suite scaling --batches 1,32,128,512 --threads 1
+    python scripts/bench_engine.py --model qwen1.5b --device cuda --dtype bfloat16   # random init, no download
+
+The last line is `speedup: X.XX` (tree suite, engine / hf, median, the first thread count).
 """
 
 from __future__ import annotations
 
 import os
 
-# On a shared machine, OpenMP threads that spin while waiting steal the core their sibling
-# needs: with 2 threads on 2 busy cores a 0.2 ms matmul was measured at 10-15 ms. Passive
-# waiting (set before torch loads OpenMP) removes that for both backends alike.
+# Passive OpenMP waiting is the shipped setting (ets/__init__ sets it too); it is set here
+# before torch loads OpenMP so that every figure below is taken under it. See --threads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import statistics  # noqa: E402
 import time  # noqa: E402
 import zlib  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 
 from ets.config import PolicyConfig, SearchConfig  # noqa: E402
 from ets.engine import Engine  # noqa: E402
+from ets.models.tiny import build_tokenizer, tiny_config  # noqa: E402
+from ets.policy.base import ExpandRequest  # noqa: E402
 from ets.policy.engine import EnginePolicy  # noqa: E402
 from ets.policy.hf import HFPolicy  # noqa: E402
-from ets.policy.base import ExpandRequest  # noqa: E402
-from ets.models.tiny import build_tokenizer, tiny_config  # noqa: E402
+
+DEMO_POLICY = Path(__file__).resolve().parents[1] / "ets" / "demo" / "checkpoints" / "policy"
 
 
-def build_model(arch: str, hidden: int, layers: int, seed: int):
-    tok = build_tokenizer()
-    config = tiny_config(arch, vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 11 // 4,
-                         num_hidden_layers=layers, num_attention_heads=hidden // 64, num_key_value_heads=max(1, hidden // 128),
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+def build_model(name: str, device: str, dtype: str, seed: int = 0):
+    """`demo` (the bundled policy), `qwen1.5b` (random init, Qwen2.5-1.5B's shapes, built
+    from a config: nothing downloaded) or `tiny:<arch>` (a small random model)."""
+    tok = build_tokenizer() if name != "demo" else None
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config).eval(), tok
+    if name == "demo":
+        from ets.models.load import load_causal_lm
+
+        model, tok = load_causal_lm(str(DEMO_POLICY), device, dtype, seed=seed)
+        return model.eval(), tok
+    if name == "qwen1.5b":
+        from transformers import Qwen2Config
+
+        config = Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                             num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
+                             rope_theta=1000000.0, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    else:
+        arch = name.split(":", 1)[1] if ":" in name else "llama"
+        config = tiny_config(arch, vocab_size=len(tok), hidden_size=256, intermediate_size=704, num_hidden_layers=4,
+                             num_attention_heads=4, num_key_value_heads=2, bos_token_id=tok.bos_token_id,
+                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    return model.eval(), tok
+
+
+def sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def summary(values: list[float]) -> str:
+    """median [min-max]"""
+    med = statistics.median(values)
+    return f"{med:,.0f} [{min(values):,.0f}-{max(values):,.0f}]" if med >= 100 else \
+        f"{med:.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
 def unique_tokens(paths: list[list[int]]) -> int:
@@ -101,69 +145,174 @@ def _delta(before: dict, after: dict) -> dict:
     return {k: v - before.get(k, 0) if k in counters else v for k, v in after.items()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arch", default="llama")
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--problems", type=int, default=4)
-    ap.add_argument("--width", type=int, default=16)
-    ap.add_argument("--beams", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--step-tokens", type=int, default=32)
-    ap.add_argument("--prompt-tokens", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--kv-budget", type=int, default=32768)
-    ap.add_argument("--repeats", type=int, default=3, help="runs per backend, alternated; the fastest counts")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
 
-    model, tok = build_model(args.arch, args.hidden, args.layers, seed=0)
+# ----------------------------------------------------------------------------- scaling
+def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int]], decode: int, device) -> float:
+    """Decode tokens/s of one cell: `kind` is engine (the prompts as given) or floor / hf."""
+    n = len(prompts)
+    if kind == "engine":
+        engine.evict()
+        # Prefill outside the timing: the first call caches every prompt but its last token.
+        engine.generate(prompts, max_new_tokens=1, temperature=0, ignore_eos=True)
+        sync(device)
+        start = time.perf_counter()
+        # decode + 1 forwards of one new token per sequence (the first reads the prompt's last)
+        engine.generate(prompts, max_new_tokens=decode + 1, temperature=0, ignore_eos=True)
+        sync(device)
+        return n * (decode + 1) / (time.perf_counter() - start)
+    if kind == "floor":  # the same batch over a 1-token context: the model's matmuls alone
+        ids = torch.tensor([p[-1:] for p in prompts], device=device)
+        with torch.inference_mode():
+            sync(device)
+            start = time.perf_counter()
+            for _ in range(decode + 1):
+                model(input_ids=ids, use_cache=False, logits_to_keep=1)
+            sync(device)
+        return n * (decode + 1) / (time.perf_counter() - start)
+    # hf: transformers' own decode loop over the same contexts (a DynamicCache, greedy)
+    ids = torch.tensor(prompts, device=device)
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        out = model(input_ids=ids[:, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        nxt = ids[:, -1:]
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(decode + 1):
+            out = model(input_ids=nxt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            nxt = out.logits[:, -1:].argmax(-1)
+        sync(device)
+    return n * (decode + 1) / (time.perf_counter() - start)
+
+
+def scaling(model, tok, args) -> list[str]:
+    """The batch-scaling table: medians [min-max] of interleaved repeats."""
+    gen = torch.Generator().manual_seed(2)
+    vocab = min(len(tok), model.config.vocab_size)
+    batches = [int(b) for b in args.batches.split(",")]
+    biggest = max(batches)
+    pool = biggest * (args.context + args.decode + 4) + 64
+    engine = Engine(model, tok, kv_budget_tokens=pool, max_batch_tokens=max(8192, biggest * 2))
+    distinct = [torch.randint(3, vocab, (args.context,), generator=gen).tolist() for _ in range(biggest)]
+    kinds = ["distinct", "shared", "floor"] + (["hf"] if args.hf_scaling else [])
+    cells: dict[tuple[str, int], list[float]] = {}
+    scaling_cell("engine", model, engine, distinct[:2], 2, args.device)  # warm-up
+    scaling_cell("floor", model, engine, distinct[:2], 2, args.device)
+    for _ in range(args.repeats):
+        for b in batches:
+            for kind in kinds:
+                prompts = [distinct[0]] * b if kind == "shared" else distinct[:b]
+                how = "engine" if kind in ("distinct", "shared") else kind
+                cells.setdefault((kind, b), []).append(scaling_cell(how, model, engine, prompts, args.decode, args.device))
+    engine.check()
+    head = {"distinct": "engine, distinct contexts", "shared": "engine, shared prefix",
+            "floor": "model floor (1-token context)", "hf": "transformers decode (DynamicCache)"}
+    lines = [f"scaling: decode tokens/s, context {args.context} -> {args.context + args.decode + 1} tokens, "
+             f"{args.decode + 1} forwards; median [min-max] of {args.repeats} interleaved repeats",
+             "| sequences | " + " | ".join(head[k] for k in kinds) + " | distinct / floor | shared / floor |",
+             "|---" * (len(kinds) + 3) + "|"]
+    for b in batches:
+        med = {k: statistics.median(cells[(k, b)]) for k in kinds}
+        lines.append(f"| {b} | " + " | ".join(summary(cells[(k, b)]) for k in kinds)
+                     + f" | {med['distinct'] / med['floor']:.2f} | {med['shared'] / med['floor']:.2f} |")
+    return lines
+
+
+# ------------------------------------------------------------------------------ tree
+def tree(model, tok, args) -> tuple[list[str], float]:
     gen = torch.Generator().manual_seed(1)
     # Byte tokens 32..126 (printable, no newline): the step delimiter is rare, so steps
     # mostly run to --step-tokens, and both backends see the same step lengths.
     prompts = [torch.randint(32, 127, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.problems)]
     search = SearchConfig(width=args.width, max_step_tokens=args.step_tokens, temperature=1.0, seed=0)
-    policy_cfg = PolicyConfig(model="tiny:" + args.arch, kv_budget_tokens=args.kv_budget)
-
+    policy_cfg = PolicyConfig(model="tiny:llama", kv_budget_tokens=args.kv_budget, device=args.device)
     engine = Engine(model, tok, kv_budget_tokens=args.kv_budget, max_batch_tokens=policy_cfg.max_batch_tokens)
     engine_policy = EnginePolicy(engine, policy_cfg, search)
-    hf_policy = HFPolicy(model, tok, policy_cfg, search)
-
+    backends = {"engine": engine_policy}
+    if not args.no_hf:
+        backends["hf"] = HFPolicy(model, tok, policy_cfg, search)
     warm = argparse.Namespace(**{**vars(args), "steps": 1, "problems": 1})
-    run(engine_policy, prompts[:1], warm)  # warm-up: first-call costs out of the timing
-    run(hf_policy, prompts[:1], warm)
-    engine_policy.release_all()
-    engine.evict()
-    # Alternate the backends and keep each one's fastest run: other load on a shared
-    # machine then slows both alike instead of whichever happened to run during it.
-    results: dict[str, dict] = {}
+    for policy in backends.values():  # warm-up: first-call costs out of the timing
+        run(policy, prompts[:1], warm)
+    results: dict[str, list[dict]] = {name: [] for name in backends}
     for _ in range(args.repeats):
-        for name, policy in (("engine", engine_policy), ("hf", hf_policy)):
+        for name, policy in backends.items():
             if name == "engine":
                 engine_policy.release_all()
                 engine.evict()  # every repeat starts from an empty cache
                 engine.reset_stats()
-            r = run(policy, prompts, args)
-            if name not in results or r["seconds"] < results[name]["seconds"]:
-                results[name] = r
+            results[name].append(run(policy, prompts, args))
     engine.check()
-    e, h = results["engine"], results["hf"]
-    est, hst = e["stats"], h["stats"]
-    print(f"workload: {args.problems} problems x width {args.width} ({args.beams} beams), {args.steps} steps "
-          f"of <= {args.step_tokens} tokens, prompts {args.prompt_tokens} tokens; model {args.arch} "
-          f"hidden {args.hidden} x {args.layers} layers; {args.threads} threads; best of {args.repeats}")
-    print(f"engine: {e['tokens']} tokens in {e['seconds']:.2f}s = {e['tok_s']:.1f} tok/s")
-    print(f"hf:     {h['tokens']} tokens in {h['seconds']:.2f}s = {h['tok_s']:.1f} tok/s")
-    print(f"ratio (engine / hf): {e['tok_s'] / h['tok_s']:.2f}")
-    print(f"engine KV: peak live {est['peak_live_kv_tokens']} tokens (locked paths + running samples), "
-          f"peak resident {est['peak_kv_tokens']} (with the unlocked LRU cache; pool {est['pool_kv_tokens']}); "
-          f"locked after a round at most {e['locked_peak']} vs {e['live_unique_peak']} unique tokens of "
-          f"the live paths (a handle does not hold its path's last, uncomputed token)")
-    print(f"engine work: computed {est['computed_tokens']} tokens, cache hits {est['cache_hit_tokens']}, "
-          f"evicted {est['evicted_tokens']}, preempted {est['preempted']}")
-    print(f"hf KV:     peak resident {hst['peak_kv_tokens']} tokens (no sharing; padded batch), computed {hst['computed_tokens']}")
-    print(f"speedup: {e['tok_s'] / h['tok_s']:.2f}")
+    e = results["engine"][-1]
+    est = e["stats"]
+    lines = [f"tree: {args.problems} problems x width {args.width} ({args.beams} beams), {args.steps} steps of <= "
+             f"{args.step_tokens} tokens, prompts {args.prompt_tokens} tokens; median [min-max] of {args.repeats} "
+             "interleaved repeats"]
+    for name, rs in results.items():
+        lines.append(f"{name:6s}: {rs[-1]['tokens']} tokens/run, tok/s {summary([r['tok_s'] for r in rs])}")
+    ratio = float("nan")
+    if "hf" in results:
+        ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(results["engine"], results["hf"])]
+        ratio = statistics.median(ratios)
+        lines.append(f"ratio (engine / hf), per repeat: median {ratio:.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
+        lines.append(f"hf KV: peak resident {results['hf'][-1]['stats']['peak_kv_tokens']} tokens (no sharing)")
+    lines.append(f"engine KV: peak live {est['peak_live_kv_tokens']} tokens (locked paths + running samples), "
+                 f"peak resident {est['peak_kv_tokens']} (pool {est['pool_kv_tokens']}); locked after a round at most "
+                 f"{e['locked_peak']} vs {e['live_unique_peak']} unique tokens of the live paths (a handle does not "
+                 "hold its path's last, uncomputed token)")
+    lines.append(f"engine work: computed {est['computed_tokens']} tokens, cache hits {est['cache_hit_tokens']}, "
+                 f"evicted {est['evicted_tokens']}, preempted {est['preempted']}")
+    return lines, ratio
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--suite", default="tree,scaling", help="tree, scaling or both (comma-separated)")
+    ap.add_argument("--model", default="demo", help="demo | qwen1.5b | tiny:<arch>")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", default="1,2", help="torch threads to measure, comma-separated (CPU)")
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats; medians are reported")
+    ap.add_argument("--quick", action="store_true", help="a small, fast version of every suite (a smoke run)")
+    ap.add_argument("--out", default=None, help="also append the report to this file")
+    g = ap.add_argument_group("tree")
+    g.add_argument("--problems", type=int, default=8)
+    g.add_argument("--width", type=int, default=16)
+    g.add_argument("--beams", type=int, default=4)
+    g.add_argument("--steps", type=int, default=6)
+    g.add_argument("--step-tokens", type=int, default=32)
+    g.add_argument("--prompt-tokens", type=int, default=100)
+    g.add_argument("--kv-budget", type=int, default=65536)
+    g.add_argument("--no-hf", action="store_true", help="skip plain generate in the tree suite")
+    g = ap.add_argument_group("scaling")
+    g.add_argument("--batches", default="1,8,32,128,512")
+    g.add_argument("--context", type=int, default=140)
+    g.add_argument("--decode", type=int, default=15)
+    g.add_argument("--hf-scaling", action="store_true", help="add a transformers decode-loop column")
+    args = ap.parse_args()
+    if args.quick:
+        args.repeats, args.problems, args.steps, args.batches, args.decode = 2, 2, 2, "1,8,32", 4
+    suites = args.suite.split(",")
+    model, tok = build_model(args.model, args.device, args.dtype)
+    report = [f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
+              f"{args.dtype}) on {args.device}; torch {torch.__version__}; OMP_WAIT_POLICY="
+              f"{os.environ.get('OMP_WAIT_POLICY')}; figures from one run (a shared machine: compare ratios only)"]
+    first_ratio = float("nan")
+    for i, threads in enumerate(int(t) for t in args.threads.split(",")):
+        torch.set_num_threads(threads)
+        report.append(f"== {threads} thread(s) ==")
+        if "tree" in suites:
+            lines, ratio = tree(model, tok, args)
+            report += lines
+            first_ratio = ratio if i == 0 else first_ratio
+        if "scaling" in suites:
+            report += scaling(model, tok, args)
+    text = "\n".join(report)
+    print(text)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(text + "\n")
+    if "tree" in suites:
+        print(f"speedup: {first_ratio:.2f}")
 
 
 if __name__ == "__main__":
