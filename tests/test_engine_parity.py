@@ -1,4 +1,8 @@
-"""The engine computes what the model computes: logits, hidden states, greedy tokens."""
+"""The engine computes what the model computes: logits, hidden states, greedy tokens.
+
+ETS_TEST_DEVICE=cuda runs them on a GPU (scripts/gpu_check.sh); the default is the CPU."""
+
+import os
 
 import pytest
 import torch
@@ -8,16 +12,30 @@ from ets.models.tiny import ARCHS, build_tiny_model
 from tests.helpers import random_tokens
 
 TOL = 1e-4
+DEVICE = os.environ.get("ETS_TEST_DEVICE", "cpu")
 
 
 @pytest.fixture(scope="module", params=ARCHS)
 def model_tok(request):
-    return build_tiny_model(request.param, seed=1)
+    model, tok = build_tiny_model(request.param, seed=1)
+    return model.to(DEVICE), tok
+
+
+def _t(tokens: list[int]) -> torch.Tensor:
+    """A [1, T] batch on the test device."""
+    return torch.tensor([tokens], device=DEVICE)
+
+
+def _greedy(model, prompt: list[int], n: int) -> list[int]:
+    """transformers' own greedy continuation of `prompt`."""
+    ids = _t(prompt)
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False)
+    return out[0, len(prompt):].tolist()
 
 
 @torch.no_grad()
 def _reference(model, tokens: list[int]) -> torch.Tensor:
-    return model(torch.tensor([tokens])).logits[0]
+    return model(_t(tokens)).logits[0]
 
 
 def test_single_and_packed_logits(model_tok):
@@ -58,7 +76,7 @@ def test_chunked_prefill_and_hidden_states(model_tok):
     hidden = engine.score(seqs, positions, hidden_states=True)
     engine.check()
     for s, pos, out in zip(seqs, positions, hidden):
-        ref = model.base_model(torch.tensor([s])).last_hidden_state[0]
+        ref = model.base_model(_t(s)).last_hidden_state[0]
         torch.testing.assert_close(out, ref[pos], atol=TOL, rtol=0)
 
 
@@ -70,9 +88,7 @@ def test_greedy_generate_matches_transformers(model_tok):
     outs = engine.generate(prompts, max_new_tokens=16, temperature=0)
     engine.check()
     for prompt, out in zip(prompts, outs):
-        ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=16, do_sample=False)
-        assert out == ref[0, len(prompt):].tolist()
+        assert out == _greedy(model, prompt, 16)
     # again, now from the cache: same tokens
     assert engine.generate(prompts, max_new_tokens=16, temperature=0) == outs
     assert engine.stats()["cache_hit_tokens"] > 0
@@ -87,17 +103,32 @@ def test_shared_prefix_decode_matches_transformers(model_tok):
     conts = engine.expand([(prompts[0], 3), (prompts[1], 2)], max_new_tokens=10, temperature=0)
     engine.check()
     for prompt, group in zip(prompts, conts):
-        ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             max_new_tokens=10, do_sample=False)[0, len(prompt):].tolist()
-        assert [c.token_ids for c in group] == [ref] * len(group)
+        assert [c.token_ids for c in group] == [_greedy(model, prompt, 10)] * len(group)
     # continue every sample by one more expansion: clusters now sit deeper in the tree
     paths = [p + c.token_ids for p, group in zip(prompts, conts) for c in group]
     more = engine.expand([(p, 2) for p in paths], max_new_tokens=4, temperature=0)
     engine.check()
     for p, group in zip(paths, more):
-        ref = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                             max_new_tokens=4, do_sample=False)[0, len(p):].tolist()
+        ref = _greedy(model, p, 4)
         assert [c.token_ids for c in group] == [ref, ref]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_kept_decode_buffers_follow_the_group(model_tok, shared):
+    """Decode reuses its gathered contexts while the group is the same sequences one step
+    further (workspace.DecodeKV), and rebuilds when one finishes or a row runs past the
+    buffers' headroom: every token still equals transformers' greedy choice."""
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=2048)
+    prompts = [random_tokens(9, seed=20), random_tokens(4, seed=21), random_tokens(15, seed=22)]
+    refs = [_greedy(model, p, 40) for p in prompts]  # 40 new tokens: past the headroom (16)
+    stop = refs[1][6]  # the second prompt stops early at this token (the group changes)
+    outs = engine.expand([(p, 2 if shared else 1) for p in prompts], max_new_tokens=40, temperature=0,
+                         stop=[stop], ignore_eos=True)
+    engine.check()
+    for ref, group in zip(refs, outs):
+        cut = ref[: ref.index(stop) + 1] if stop in ref else ref
+        assert [c.token_ids for c in group] == [cut] * len(group)
 
 
 def test_cascade_equals_plain_attention():
@@ -129,13 +160,12 @@ def test_sliding_window_model():
     tok = build_tokenizer()
     config = tiny_config("mistral", vocab_size=len(tok), sliding_window=8, eos_token_id=tok.eos_token_id)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config).eval()
+    model = AutoModelForCausalLM.from_config(config).eval().to(DEVICE)
     engine = Engine(model, tok, kv_budget_tokens=512)
     seq = random_tokens(30, seed=13)
     (out,) = engine.score([seq], [list(range(30))])
     torch.testing.assert_close(out, _reference(model, seq), atol=TOL, rtol=0)
     (conts,) = engine.expand([(seq, 2)], max_new_tokens=8, temperature=0)
-    ref = model.generate(torch.tensor([seq]), attention_mask=torch.ones(1, 30, dtype=torch.long),
-                         max_new_tokens=8, do_sample=False)[0, 30:].tolist()
+    ref = _greedy(model, seq, 8)
     assert [c.token_ids for c in conts] == [ref, ref]
     engine.check()

@@ -25,32 +25,37 @@ from dataclasses import dataclass
 import torch
 
 
-def take(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """pool [Hkv, N, D] gathered at slot `index` (any shape S) -> [Hkv, *S, D].
+def take(pool: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """pool [Hkv, N, D] gathered at slot `index` (any shape S) -> [Hkv, *S, D], into `out`
+    (a contiguous tensor of that shape, e.g. a reused buffer) if given.
 
     One `index_select` along dim 0 per kv head, into one output: on CPU this is several
     times faster than advanced indexing or an `index_select` along dim 1."""
     flat = index.reshape(-1)
-    out = pool.new_empty(pool.shape[0], flat.numel(), pool.shape[2])
+    if out is None:
+        out = pool.new_empty(pool.shape[0], *index.shape, pool.shape[2])
+    flat_out = out.view(pool.shape[0], flat.numel(), pool.shape[2])
     for h in range(pool.shape[0]):
-        torch.index_select(pool[h], 0, flat, out=out[h])
-    return out.view(pool.shape[0], *index.shape, pool.shape[2])
+        torch.index_select(pool[h], 0, flat, out=flat_out[h])
+    return out
 
 
 @dataclass
 class CascadeMeta:
     pre_slots: torch.Tensor     # [C, Pmax] slots of each cluster's shared prefix
     pre_bias_seq: torch.Tensor  # [1, B, 1, Pmax] 0 where j < P_(cluster of b), else -inf
-    own_slots: torch.Tensor     # [B, Smax] slots of each sequence's own positions P_b..
+    own_slots: torch.Tensor     # [B, cap >= Smax] slots of each sequence's own positions P_b..
     own_bias: torch.Tensor      # [1, B, 1, Smax] 0 where j < S_b (always >= 1: the new token)
+    own_cols: torch.Tensor      # [B] own column of each new token (S_b - 1)
     dst: torch.Tensor           # [B] index of sequence b in the [C * Gmax] cluster layout
     g_max: int
 
 
 def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of: list[int],
-          member_of: list[int], ends: list[int], device) -> CascadeMeta:
+          member_of: list[int], ends: list[int], device, cap: int | None = None) -> CascadeMeta:
     """Metadata for B decode sequences sorted by cluster. `rows[b]` is b's table row,
-    `shared[b]` its cluster's prefix length, `ends[b]` its context length after this step."""
+    `shared[b]` its cluster's prefix length, `ends[b]` its context length after this step;
+    `cap` (>= Smax): the own columns the gather buffers hold."""
     n_clusters = cluster_of[-1] + 1
     g_max = max(member_of) + 1
     first = [0] * n_clusters  # first sequence of each cluster
@@ -65,12 +70,13 @@ def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of
     own = [e - s for e, s in zip(ends, shared)]
     s_max = max(own)
     shared_t = torch.tensor(shared, device=device)
-    j = torch.arange(s_max, device=device)
-    cols = (shared_t[:, None] + j).clamp(max=table.shape[1] - 1)
+    j = torch.arange(max(s_max, cap or 0), device=device)
+    cols = (shared_t[:, None] + j).clamp(max=table.shape[1] - 1)  # beyond S_b: stale, masked
     own_slots = table[rows[:, None], cols]
-    own_bias = _bias(j < torch.tensor(own, device=device)[:, None])
+    own_t = torch.tensor(own, device=device)
+    own_bias = _bias(j[:s_max] < own_t[:, None])
     dst = torch.tensor([c * g_max + g for c, g in zip(cluster_of, member_of)], device=device)
-    return CascadeMeta(pre_slots, pre_bias, own_slots, own_bias, dst, g_max)
+    return CascadeMeta(pre_slots, pre_bias, own_slots, own_bias, own_t - 1, dst, g_max)
 
 
 def _bias(allowed: torch.Tensor) -> torch.Tensor:
@@ -79,32 +85,54 @@ def _bias(allowed: torch.Tensor) -> torch.Tensor:
 
 
 def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
-           scaling: float | None) -> torch.Tensor:
-    """q [B, H, D] (one query per sequence) -> [B, H, D]. Pools are [Hkv, N, D]."""
+           scaling: float | None, decode=None, layer: int = 0, new_kv=None) -> torch.Tensor:
+    """q [B, H, D] (one query per sequence) -> [B, H, D]. Pools are [Hkv, N, D].
+
+    `decode` (an attention.DecodeMeta): the prefix and own K/V live in its kept buffers
+    (gathered on a rebuild; else only `new_kv`, the new tokens' [Hkv, B, D], is written)."""
     n_seq, heads, dim = q.shape
     kv_heads = k_pool.shape[0]
     rep = heads // kv_heads
     n_clusters, p_max = meta.pre_slots.shape
+    s_max = meta.own_bias.shape[-1]
     cg = n_clusters * meta.g_max
     scaling = dim ** -0.5 if scaling is None else scaling
     q4 = (q * scaling).view(n_seq, kv_heads, rep, dim).transpose(0, 1)  # [Hkv, B, rep, D]
+    k_pre, v_pre, k_own, v_own = _regions(meta, k_pool, v_pool, decode, layer, new_kv)
 
     # prefix scores in the cluster layout [Hkv, C, Gmax*rep, Pmax], then per sequence
     qc = q4.new_zeros(kv_heads, cg, rep, dim).index_copy_(1, meta.dst, q4)
-    k_pre = take(k_pool, meta.pre_slots)  # [Hkv, C, Pmax, D]
     s_pre = torch.matmul(qc.view(kv_heads, n_clusters, -1, dim), k_pre.transpose(-1, -2))
     s_pre = s_pre.view(kv_heads, cg, rep, p_max).index_select(1, meta.dst)  # [Hkv, B, rep, Pmax]
 
     # own scores [Hkv, B, rep, Smax]
-    k_own = take(k_pool, meta.own_slots)  # [Hkv, B, Smax, D]
-    s_own = torch.matmul(q4, k_own.transpose(-1, -2))
+    s_own = torch.matmul(q4, k_own[:, :, :s_max].transpose(-1, -2))
 
     scores = torch.cat([s_pre + meta.pre_bias_seq, s_own + meta.own_bias], dim=-1)
     probs = scores.float().softmax(dim=-1).to(q.dtype)
     p_pre, p_own = probs.split([p_max, probs.shape[-1] - p_max], dim=-1)
-    out = torch.matmul(p_own, take(v_pool, meta.own_slots))  # [Hkv, B, rep, D]
+    out = torch.matmul(p_own, v_own[:, :, :s_max])  # [Hkv, B, rep, D]
 
     pc = p_pre.new_zeros(kv_heads, cg, rep, p_max).index_copy_(1, meta.dst, p_pre)
-    out_pre = torch.matmul(pc.view(kv_heads, n_clusters, -1, p_max), take(v_pool, meta.pre_slots))
+    out_pre = torch.matmul(pc.view(kv_heads, n_clusters, -1, p_max), v_pre)
     out = out + out_pre.view(kv_heads, cg, rep, dim).index_select(1, meta.dst)
     return out.transpose(0, 1).reshape(n_seq, heads, dim)
+
+
+def _regions(meta: CascadeMeta, k_pool, v_pool, decode, layer: int, new_kv):
+    """K/V of the prefixes [Hkv, C, Pmax, D] and own positions [Hkv, B, cap, D]."""
+    if decode is None:
+        return (take(k_pool, meta.pre_slots), take(v_pool, meta.pre_slots),
+                take(k_pool, meta.own_slots), take(v_pool, meta.own_slots))
+    kv_heads, dim = k_pool.shape[0], k_pool.shape[2]
+    key = decode.layer_key(layer)
+    k_pre, v_pre = decode.kv.buffers("pre", key, (kv_heads, *meta.pre_slots.shape, dim))
+    k_own, v_own = decode.kv.buffers("own", key, (kv_heads, *meta.own_slots.shape, dim))
+    if decode.must_gather():
+        for pool, pre, own in ((k_pool, k_pre, k_own), (v_pool, v_pre, v_own)):
+            take(pool, meta.pre_slots, out=pre)
+            take(pool, meta.own_slots, out=own)
+    else:  # the prefixes are unchanged; each sequence's new token goes into its own column
+        k_own[:, decode.rows, meta.own_cols] = new_kv[0]
+        v_own[:, decode.rows, meta.own_cols] = new_kv[1]
+    return k_pre, v_pre, k_own, v_own

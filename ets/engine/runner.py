@@ -17,6 +17,7 @@ from ets.engine import attention, cascade
 from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
 from ets.engine.table import SlotTable
+from ets.engine.workspace import HEADROOM, DecodeKV, Workspace
 
 
 class ModelRunner:
@@ -26,6 +27,10 @@ class ModelRunner:
         self.pool = pool
         self.table = table
         self.device = pool.device
+        dtype = pool.k[0].dtype
+        self.workspace = Workspace(dtype, self.device)
+        # kept decode buffers: at most as much memory again as the pool itself
+        self.decode_kv = DecodeKV(len(pool.k), dtype, self.device, limit_bytes=pool.num_bytes)
 
     @contextlib.contextmanager
     def _paged_attention(self):
@@ -58,7 +63,10 @@ class ModelRunner:
             groups.append(self._group(ordered[:n_decode], decode=True))
         if n_decode < len(ordered):
             groups.append(self._group(ordered[n_decode:], decode=False))
-        batch = attention.PackedBatch(self.pool.k, self.pool.v, torch.cat([c.slots for c in ordered]), groups)
+        if not n_decode:
+            self.decode_kv.uids = None  # a forward without decode tokens: the kept buffers go stale
+        batch = attention.PackedBatch(self.pool.k, self.pool.v, torch.cat([c.slots for c in ordered]), groups,
+                                      self.workspace)
 
         dev = self.device
         input_ids = torch.tensor([ids], dtype=torch.long, device=dev)
@@ -80,7 +88,7 @@ class ModelRunner:
             result[i] = part
         return result
 
-    def _cascade(self, chunks: list[Chunk], rows: torch.Tensor) -> cascade.CascadeMeta | None:
+    def _cascade(self, chunks: list[Chunk], rows: torch.Tensor, cap: int | None = None) -> cascade.CascadeMeta | None:
         """Cascade metadata when some decode chunks share a prefix (else plain attention)."""
         cluster_of, member_of, seen = [], [], {}
         for c in chunks:
@@ -93,7 +101,32 @@ class ModelRunner:
         if len(seen) == len(chunks):
             return None
         return cascade.build(rows, self.table.rows, [c.shared for c in chunks], cluster_of, member_of,
-                             [c.start + 1 for c in chunks], self.device)
+                             [c.start + 1 for c in chunks], self.device, cap)
+
+    def _decode_group(self, chunks: list[Chunk], rows: torch.Tensor, starts: torch.Tensor,
+                      l_max: int) -> attention.AttentionGroup:
+        """A decode group and its kept gather buffers (workspace.DecodeKV): rebuilt when the
+        group is not the last forward's sequences one step further, else only extended."""
+        kv = self.decode_kv
+        shared = any(chunks[i].cluster == chunks[i - 1].cluster for i in range(1, len(chunks)))
+        # columns the buffers need now: plain, the whole context; cascade, the own part
+        need = l_max if not shared else max(c.start + 1 - c.shared for c in chunks)
+        fresh = kv.plan(tuple(c.uid for c in chunks), [c.start for c in chunks], shared, need)
+        if fresh:
+            kv.cap = min(need + HEADROOM, self.table.rows.shape[1]) if not shared else need + HEADROOM
+        cap = kv.cap
+        casc = self._cascade(chunks, rows, cap) if shared else None
+        if casc is None:
+            slots = self.table.rows[rows, :cap]
+            cols = starts
+            per_row = cap
+        else:
+            slots, cols = casc.own_slots, casc.own_cols
+            per_row = casc.pre_slots.numel() / len(chunks) + cap
+        kept = kv.keep(int(per_row * len(chunks)) * self.pool.k[0].shape[0] * self.pool.k[0].shape[2]) if fresh else kv.kept
+        n = len(chunks)
+        meta = attention.DecodeMeta(kv, fresh, kept, cap, slots, cols, torch.arange(n, device=self.device))
+        return attention.AttentionGroup(self.table.rows[rows, :l_max], starts[:, None], None, n, casc, meta)
 
     def _group(self, chunks: list[Chunk], decode: bool) -> attention.AttentionGroup:
         dev = self.device
@@ -103,7 +136,7 @@ class ModelRunner:
         l_max = max(c.start + n for c, n in zip(chunks, lens))
         kv_slots = self.table.rows[rows, :l_max]
         if decode:
-            return attention.AttentionGroup(kv_slots, starts[:, None], None, len(chunks), self._cascade(chunks, rows))
+            return self._decode_group(chunks, rows, starts, l_max)
         # Padded query layout: token i of sequence b sits at b * q_max + i.
         #   packed: [a0 a1 a2 | b0 b1]   ->   padded: [a0 a1 a2 | b0 b1 --]   (q_max = 3)
         q_max = max(lens)

@@ -28,6 +28,7 @@ eviction cannot corrupt another sequence's cache.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from typing import Callable, MutableMapping, NamedTuple, Sequence
 
@@ -71,6 +72,7 @@ class Scheduler:
         # The plan whose slots are allocated but not yet booked (between schedule and
         # postprocess): what `abort` must give back beyond each sequence's computed KV.
         self._unbooked: Plan | None = None
+        self._uids = itertools.count()
 
     def add(self, seqs: Sequence[Seq]) -> None:
         """Queue `seqs` (they run after those already waiting)."""
@@ -131,6 +133,7 @@ class Scheduler:
             self.waiting.popleft()
             growth = 0 if seq.scoring else seq.params.max_new_tokens
             seq.row = self.table.acquire(len(seq.tokens) + growth)
+            seq.uid = next(self._uids)
             self.table.write(seq.row, 0, slots)
             seq.prefix_node, seq.prefix_len, seq.kv_len = node, slots.numel(), slots.numel()
             seq.outputs = []
@@ -156,7 +159,7 @@ class Scheduler:
             if not seq.scoring and start + n == len(seq.tokens):
                 plan.to_sample.append(len(plan.chunks))
             plan.chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], slots, seq.chunk_keep(start, n),
-                                     id(seq.prefix_node), seq.prefix_len))
+                                     id(seq.prefix_node), seq.prefix_len, seq.uid))
             plan.owners.append(seq)
             budget -= n
             i += 1

@@ -39,6 +39,7 @@ class Chunk(NamedTuple):
     keep: list[int]          # offsets in the chunk whose outputs are returned
     cluster: int = 0         # chunks with the same cluster share KV of positions < shared
     shared: int = 0
+    uid: int = -1            # the sequence's admission id (new on every admission)
 
 
 @dataclass(eq=False)
@@ -53,6 +54,7 @@ class Seq:
     lock_result: bool = False                # keep the finished path locked (expand)
     # --- runtime state, valid while admitted
     row: int = -1
+    uid: int = -1                            # admission id: a preempted sequence gets a new one
     prefix_node: RadixNode | None = None
     prefix_len: int = 0
     kv_len: int = 0
