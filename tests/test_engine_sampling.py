@@ -29,6 +29,31 @@ def test_seeded_sampling_is_reproducible(model_tok, params):
     assert len({tuple(s) for s in samples}) > 1  # siblings differ
 
 
+def test_batched_sampling_draws_what_per_row_multinomial_draws():
+    """sample() batches the rows but keeps each row's stream: the tokens are those of
+    torch.multinomial on each row with its own generator, step after step."""
+    import torch
+
+    from ets.engine.sampling import SamplingParams, make_generator, sample
+
+    logits = torch.randn(9, 300, generator=torch.Generator().manual_seed(0)) * 3
+    for params in (SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=20, top_p=0.9)):
+        mine = [make_generator(100 + b, "cpu") for b in range(9)]
+        theirs = [make_generator(100 + b, "cpu") for b in range(9)]
+        for _ in range(3):
+            got = sample(logits, params, mine)
+            probs = (logits / params.temperature)
+            if params.top_k:
+                probs = probs.masked_fill(probs < torch.topk(probs, params.top_k).values[:, -1:], float("-inf"))
+                sorted_l, order = torch.sort(probs, descending=True)
+                p = sorted_l.softmax(-1)
+                sorted_l = sorted_l.masked_fill(p.cumsum(-1) - p > params.top_p, float("-inf"))
+                probs = torch.empty_like(probs).scatter_(-1, order, sorted_l)
+            probs = probs.softmax(-1)
+            want = [int(torch.multinomial(probs[b], 1, generator=theirs[b])) for b in range(9)]
+            assert got == want
+
+
 def test_stop_strings_and_token_ids(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=1024)

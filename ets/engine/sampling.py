@@ -62,8 +62,13 @@ def sample(logits: torch.Tensor, params: SamplingParams, generators: list[torch.
         sorted_logits = sorted_logits.masked_fill(beyond, float("-inf"))
         logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)
     probs = logits.softmax(dim=-1)
-    picks = [torch.multinomial(probs[b], 1, generator=generators[b]) for b in range(probs.shape[0])]
-    return torch.cat(picks).tolist()
+    # torch.multinomial(p, 1, generator=g) is argmax(p / E) with E ~ Exp(1) drawn from g
+    # (its one-sample path): drawing each row's noise from its own generator keeps every
+    # row's stream exactly what per-row multinomial drew, and the rest is one op for all.
+    noise = torch.empty_like(probs)
+    for b, gen in enumerate(generators):
+        noise[b].exponential_(generator=gen)
+    return (probs / noise).argmax(dim=-1).tolist()
 
 
 def sample_rows(logits: Sequence[torch.Tensor], params: Sequence[SamplingParams],
