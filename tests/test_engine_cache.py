@@ -36,6 +36,49 @@ def test_radix_tree_split_lock_evict():
     assert tree.evictable_tokens == tree.locked_tokens == 0
 
 
+def test_eviction_follows_lru_from_its_index():
+    """evict() heaps the LRU index (unlocked leaves), not the whole tree: under random
+    inserts, matches, locks and evictions it frees exactly what a full scan would, least
+    recently used first, and the index always holds every unlocked leaf (check())."""
+    import heapq
+    import random
+
+    rng = random.Random(0)
+    tree, next_slot, locks = RadixTree("cpu"), 0, []
+    for step in range(400):
+        op = rng.random()
+        if op < 0.45:
+            path = [rng.randrange(4) for _ in range(rng.randrange(1, 8))]
+            n_new = len(path) - tree.match(path).slots.numel()
+            node, existing = tree.insert(path, torch.arange(next_slot, next_slot + len(path)))
+            next_slot += len(path)
+            if rng.random() < 0.3:
+                tree.lock(node)
+                locks.append(node)
+        elif op < 0.65 and locks:
+            tree.unlock(locks.pop(rng.randrange(len(locks))))
+        elif op < 0.8:
+            tree.match([rng.randrange(4) for _ in range(rng.randrange(1, 6))])
+        else:
+            want = rng.randrange(1, 6)
+            # the full-scan rule: pop LRU unlocked leaves (parents join when they empty)
+            heap = [n for n in tree.nodes() if not n.children and n.ref_count == 0]
+            order, count, heap = [], 0, sorted(heap)
+            heapq.heapify(heap)
+            shadow = {id(n): len(n.children) for n in tree.nodes()}
+            while heap and count < want:
+                leaf = heapq.heappop(heap)
+                order.extend(leaf.slots.tolist())
+                count += len(leaf.key)
+                parent = leaf.parent
+                if parent is not tree.root:
+                    shadow[id(parent)] -= 1
+                    if shadow[id(parent)] == 0 and parent.ref_count == 0:
+                        heapq.heappush(heap, parent)
+            assert sorted(tree.evict(want).tolist()) == sorted(order)
+        tree.check(locks=locks)
+
+
 def test_tree_of_expansions_and_releases(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=2048)

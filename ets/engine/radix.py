@@ -14,6 +14,8 @@ Invariants (checked by `check`):
   parent's count is at least each child's, and a locked node's whole path is locked;
 - `evictable_tokens` / `locked_tokens` are the token counts of nodes with ref 0 / ref > 0;
 - only unlocked leaves are evicted; slots handed back by `evict` are no longer in the tree;
+- every unlocked leaf is in `_leaves` (the LRU index: eviction heaps these, not the whole
+  tree; entries that stopped being unlocked leaves are dropped when eviction meets them);
 - given the live locks (`check(locks)`), every node's ref count is the number of locks on
   its subtree, and every locked node is still reachable from the root.
 The slot tensors returned by `match` are only safe to use while their node is locked.
@@ -72,6 +74,8 @@ class RadixTree:
         self.evictable_tokens = 0
         self.locked_tokens = 0
         self._clock = itertools.count(1)
+        # Candidates for eviction: every unlocked leaf, maybe some stale entries (an ordered set).
+        self._leaves: dict[RadixNode, None] = {}
 
     # ------------------------------------------------------------------ lookup
     def match(self, tokens: list[int]) -> MatchResult:
@@ -111,6 +115,7 @@ class RadixTree:
                 leaf.timestamp = now
                 node.children[tokens[i]] = leaf
                 self.evictable_tokens += len(leaf.key)
+                self._leaves[leaf] = None
                 return InsertResult(leaf, i)
             k = common_prefix(child.key, tokens[i:i + len(child.key)])
             if k < len(child.key):
@@ -149,6 +154,8 @@ class RadixTree:
             if node.ref_count == 0:
                 self.evictable_tokens += len(node.key)
                 self.locked_tokens -= len(node.key)
+                if not node.children:
+                    self._leaves[node] = None
             node = node.parent
 
     # ---------------------------------------------------------------- eviction
@@ -157,7 +164,7 @@ class RadixTree:
         unlocked is left); returns the freed slots. `evict(0)` is always safe."""
         if n_tokens <= 0 or self.evictable_tokens == 0:
             return self.root.slots
-        heap = [n for n in self.nodes() if not n.children and n.ref_count == 0]
+        heap = [n for n in self._leaves if self._is_unlocked_leaf(n)]
         heapq.heapify(heap)
         freed, count = [], 0
         while heap and count < n_tokens:
@@ -169,7 +176,12 @@ class RadixTree:
             self.evictable_tokens -= len(leaf.key)
             if parent is not self.root and not parent.children and parent.ref_count == 0:
                 heapq.heappush(heap, parent)
+        self._leaves = dict.fromkeys(heap)  # what is left: unlocked leaves still cached
         return torch.cat(freed) if freed else self.root.slots
+
+    def _is_unlocked_leaf(self, node: RadixNode) -> bool:
+        return (node.ref_count == 0 and not node.children and node.parent is not None
+                and node.parent.children.get(node.key[0]) is node)
 
     # ------------------------------------------------------------------ checks
     def nodes(self) -> Iterator[RadixNode]:
@@ -218,6 +230,8 @@ class RadixTree:
                 evictable += len(node.key)
             else:
                 locked += len(node.key)
+            if node.ref_count == 0 and not node.children:
+                assert node in self._leaves, "an unlocked leaf is missing from the LRU index"
         assert evictable == self.evictable_tokens, f"evictable {self.evictable_tokens} != {evictable}"
         assert locked == self.locked_tokens, f"locked {self.locked_tokens} != {locked}"
         if locks is not None:

@@ -60,9 +60,9 @@ class Scheduler:
         self.allocator, self.tree, self.table = allocator, tree, table
         self.max_batch_tokens = max_batch_tokens
         self.counters = counters
-        # Eviction frees at least this much: each evict() scans the whole radix tree for its
-        # LRU leaves, and once the pool is full every decoding sequence asks for one slot a
-        # step, so evicting one slot at a time made a full pool scan per token.
+        # Eviction frees at least this much: each evict() heaps the tree's unlocked leaves
+        # (its LRU index, not the whole tree), and once the pool is full every decoding
+        # sequence asks for one slot a step: evicting one slot at a time would heap per token.
         self.evict_chunk = max(1, allocator.num_slots // 64)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
