@@ -7,8 +7,9 @@ between two step delimiters, the PRM's score of that step, and a link to its par
 Invariants (checked by `SearchTree.check`):
 - node ids are dense: `tree.nodes[i].id == i`, the root is node 0;
 - `child.depth == parent.depth + 1` and `child in parent.children`;
-- `cum_tokens` counts the *generated* tokens on the path (the prompt excluded), as the
-  ETS public code does when it compares against `max_tokens`.
+- `cum_tokens` counts the *generated* tokens on the path (the prompt excluded). The ETS
+  public code counts its prompt as 2 tokens there (`ets.config.REFERENCE_PROMPT_TOKENS`),
+  which `search.compat: ets_code` adds back when it compares against `max_tokens`.
 """
 
 from __future__ import annotations
@@ -137,12 +138,14 @@ class SearchTree:
         return graph
 
 
-def kv_size(nodes: Iterable[Node]) -> int:
+def kv_size(nodes: Iterable[Node], prompt_tokens: int | None = None) -> int:
     """The paper's KV-size metric for one selection step.
 
     The number of tokens on the union of the root-to-node paths of `nodes`, each shared
     ancestor counted once and the prompt (the root's tokens) counted: the ETS public code
-    leaves the prompt out by mistake (see ALGORITHMS.md).
+    leaves the prompt out by mistake (see ALGORITHMS.md). `prompt_tokens` counts the root
+    as that many tokens instead: `ets.config.REFERENCE_PROMPT_TOKENS` (2) gives the ETS
+    code's own figure (the keys of its tokenizer's output, not the prompt's tokens).
     """
     seen: set[int] = set()
     total = 0
@@ -150,6 +153,6 @@ def kv_size(nodes: Iterable[Node]) -> int:
         cur: Node | None = node
         while cur is not None and cur.id not in seen:
             seen.add(cur.id)
-            total += cur.num_tokens
+            total += cur.num_tokens if cur.parent is not None or prompt_tokens is None else prompt_tokens
             cur = cur.parent
     return total

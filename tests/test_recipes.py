@@ -55,7 +55,7 @@ def test_each_recipe_runs_on_tiny_models(tmp_path, width, caplog):
         assert main(["run", "--config", str(recipe(width)), "--output", str(out), *TINY]) == 0
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert record["method"] == "ets" and record["width"] == width
-    assert record["kv_size"] > 0
+    assert record["kv_size"] > record["kv_size_ref"] > 0        # the prompt counted, and as 2 tokens
     notes = [r.getMessage() for r in caplog.records if "num_threads" in r.getMessage()]
     assert len(notes) == 1 and "no effect here" in notes[0]
 

@@ -74,3 +74,15 @@ def test_relative_to_rebase_says_n_a_for_unknown_throughput():
             dict(method="rebase", width=4, kv_size_per_problem=100, tokens_per_s=10.0, problems_per_s=1.0, accuracy=0.25)]
     assert relative_to_rebase(rows) == [
         "W=4: ETS vs REBASE: KV size 2.00x smaller, throughput 2.00x problems/s (n/a tokens/s), accuracy +25.0 points"]
+
+
+def test_relative_to_rebase_gives_the_ratio_on_the_ets_code_metric_too():
+    from ets.app.sweep import relative_to_rebase
+
+    rows = [dict(method="ets", width=4, kv_size_per_problem=50, kv_size_ref_per_problem=40, tokens_per_s=2.0,
+                 problems_per_s=2.0, accuracy=0.5),
+            dict(method="rebase", width=4, kv_size_per_problem=100, kv_size_ref_per_problem=72, tokens_per_s=1.0,
+                 problems_per_s=1.0, accuracy=0.5)]
+    assert relative_to_rebase(rows) == [
+        "W=4: ETS vs REBASE: KV size 2.00x smaller (1.80x on the ETS code's metric), throughput 2.00x problems/s "
+        "(2.00x tokens/s), accuracy +0.0 points"]

@@ -1,6 +1,8 @@
 """Tables and plots of run summaries: one row per (method, width).
 
-Rows are the dicts `ets.app.run.run` returns, plus `method` and `width`. The Markdown
+Rows are the dicts `ets.app.run.run` returns, plus `method` and `width`. Both KV-size
+metrics are columns: the project's (prompt counted) and the ETS code's (prompt as 2 tokens,
+its selection steps only), which is the one the paper's ratios are on. The Markdown
 table is what `ets demo` prints and `docs/RESULTS.md` holds; the CSV has every column;
 the plots are for people who would rather look than read.
 """
@@ -19,6 +21,7 @@ COLUMNS = (
     ("answer_rule", "vote (aggregation)", "{}"),
     ("kv_size_sum", "KV size, sum (paper metric)", "{:,}"),
     ("kv_size_per_problem", "KV size/problem", "{:,.0f}"),
+    ("kv_size_ref_per_problem", "KV size/problem (ETS code's metric)", "{:,.0f}"),
     ("peak_kv_tokens", "peak live KV (engine)", "{:,}"),
     ("mean_kv_tokens", "mean live KV (engine)", "{:,.0f}"),
     ("generated_tokens", "tokens generated", "{:,}"),

@@ -54,10 +54,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
 from ets.answers.aggregate import choose_answer
-from ets.answers.extract import extract_answer, is_final_step
+from ets.answers.extract import extract_answer
 from ets.answers.grading import is_equivalent
 from ets.config import ConfigError, SearchConfig
 from ets.data import DataError, Problem
+from ets.loop import rules
 from ets.loop.admission import KVAdmission
 from ets.loop.record import result_record
 from ets.policy.base import ExpandRequest, Policy, Prompt, PromptTooLong, SamplingSettings
@@ -106,6 +107,8 @@ class _Active:
     metrics: Counter = field(default_factory=Counter)  # the strategy writes here, via its Frontier
     handles: dict[int, Any] = field(default_factory=dict)  # node id -> the policy's lock
     kv_size_steps: list[int] = field(default_factory=list)
+    # the ETS code's KV metric; its first selection is of the root alone (ets/loop/rules.py)
+    kv_size_ref_steps: list[int] = field(default_factory=lambda: [rules.ROOT_KV_REF])
     peak_footprint: float = 0.0  # the most KV tokens a round of this search has locked
     context_warned: bool = False  # a path of this search has reached the model's context
     started: float = field(default_factory=time.perf_counter)
@@ -268,7 +271,7 @@ class SearchLoop:
             a = by_index[req.key[0]]
             parent = a.tree.nodes[req.key[1]]
             for step in req_steps:
-                terminal = step.finish == "eos" or is_final_step(step.text)
+                terminal = rules.is_terminal(self.config, parent, step.text, step.finish)
                 child = a.tree.add_child(parent, step.text, step.token_ids, terminal)
                 child.tags["finish"] = step.finish
                 a.handles[child.id] = step.handle
@@ -326,22 +329,24 @@ class SearchLoop:
         for child in new:
             # A trajectory also ends at the model's context, or the token or depth limit
             # (ALGORITHMS.md ends the loop at max_depth; we keep those trajectories as
-            # completed so they can still vote).
+            # completed so they can still vote; compat: ets_code drops them, rules.outcome).
             at_context = child.tags.get("finish") == "context"
             if at_context and not a.context_warned:
                 a.context_warned = True
                 log.warning("problem %r: a path reached the model's context (%s tokens); trajectories that reach it "
                             "end there (finish 'context')", a.problem.id, self.context_tokens)
-            if child.terminal or at_context or child.cum_tokens >= config.max_tokens or child.depth >= config.max_depth:
+            outcome = rules.outcome(child, config, at_context)
+            if outcome == rules.COMPLETE:
                 a.completed.append(child)
                 a.remaining -= 1
-            else:
+            elif outcome == rules.CONTINUE:
                 candidates.append(child)
         if candidates:
             # The paper's KV-size metric: tokens on the union of root-to-candidate paths.
             a.kv_size_steps.append(kv_size(candidates))
         if a.remaining <= 0 or not candidates:
             return None
+        a.kv_size_ref_steps.append(rules.kv_size_ref(candidates))  # the ETS code counts selections only
         return Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth, a.metrics)
 
     def _allocation(self, frontier: Frontier) -> dict[int, int]:
@@ -353,7 +358,7 @@ class SearchLoop:
 
     def _record(self, a: _Active) -> dict[str, Any]:
         config = self.config
-        answers = [extract_answer("".join(n.step_texts())) for n in a.completed]
+        answers = [extract_answer("".join(n.step_texts())) if rules.votes(n, config) else None for n in a.completed]
         chosen = choose_answer(answers, [n.step_scores() for n in a.completed], config.aggregation, config.vote)
         correct = chosen is not None and a.problem.answer is not None and is_equivalent(chosen, a.problem.answer)
         return result_record(
@@ -364,6 +369,7 @@ class SearchLoop:
             chosen=chosen,
             correct=correct,
             kv_size_steps=a.kv_size_steps,
+            kv_size_ref_steps=a.kv_size_ref_steps,
             wall_time=time.perf_counter() - a.started,
             config=config,
             strategy_metrics=dict(+a.metrics),  # counters that stayed at zero are left out

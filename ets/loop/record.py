@@ -18,6 +18,8 @@ Fields (documented for users in the README, "Output format"):
                                     (policy.prompt_overflow=truncate): its length before
   kv_size, kv_size_steps            the paper's KV-size metric (prompt counted), summed over
                                     selection steps, and per step
+  kv_size_ref, kv_size_ref_steps    the same metric as the ETS code computes it (prompt as 2
+                                    tokens, its selections only; ets/loop/rules.py)
   num_nodes, depth                  size of the search tree
   wall_time                         seconds from admission to finish (problems run concurrently)
   strategy_metrics                  counters from the strategy (e.g. ETS solver fallbacks)
@@ -30,6 +32,7 @@ from typing import Any
 
 from ets.config import SearchConfig
 from ets.data import Problem
+from ets.loop.rules import counted_tokens
 from ets.tree import Node, SearchTree
 
 
@@ -38,7 +41,7 @@ def _finish_reason(node: Node, config: SearchConfig) -> str:
         return "answer" if node.tags.get("finish") != "eos" else "eos"
     if node.tags.get("finish") == "context":
         return "context"
-    if node.cum_tokens >= config.max_tokens:
+    if counted_tokens(node, config) >= config.max_tokens:
         return "max_tokens"
     return "max_depth"
 
@@ -56,6 +59,7 @@ def result_record(
     config: SearchConfig,
     strategy_metrics: dict[str, Any],
     save_tree: bool = False,
+    kv_size_ref_steps: list[int] | None = None,
 ) -> dict[str, Any]:
     record = {
         "id": problem.id,
@@ -81,6 +85,8 @@ def result_record(
         "prompt_tokens": tree.root.num_tokens,
         "kv_size": sum(kv_size_steps),
         "kv_size_steps": kv_size_steps,
+        **({} if kv_size_ref_steps is None else {"kv_size_ref": sum(kv_size_ref_steps),
+                                                   "kv_size_ref_steps": kv_size_ref_steps}),
         "num_nodes": len(tree.nodes),
         "depth": max(n.depth for n in tree.nodes),
         "wall_time": round(wall_time, 4),
