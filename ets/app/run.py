@@ -36,9 +36,18 @@ def build_reward_for(config: RunConfig, policy: Policy):
 
 
 def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None = None, reward=None,
-        overwrite: bool = False) -> dict[str, Any]:
+        overwrite: bool = False, workers: int = 1, ray_address: str | None = None) -> dict[str, Any]:
     """Search the problems not yet in `config.output`. An output made by another config is
-    refused (ets/app/output.py) unless `overwrite`, which starts it afresh."""
+    refused (ets/app/output.py) unless `overwrite`, which starts it afresh. With
+    `workers` > 1 or a `ray_address`, the problems are sharded over Ray actors, each
+    loading its own models (ets/app/distributed.py); this process still writes the output."""
+    if workers > 1 or ray_address is not None:
+        if policy is not None or reward is not None:
+            raise ValueError("run(workers=...): each worker builds its own policy and reward; pass neither")
+        from ets.app.distributed import run_distributed
+
+        return run_distributed(config, workers=workers, address=ray_address, show_progress=show_progress,
+                               overwrite=overwrite)
     strategy = build_strategy(config.search)  # an unknown method fails before anything is read or loaded
     if config.num_threads is not None:
         log.warning(num_threads_note(config))

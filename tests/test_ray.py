@@ -1,0 +1,123 @@
+"""Problems sharded over Ray actors (ets/app/distributed.py), on a local Ray with the tiny
+models of configs/tiny.yaml.
+
+- 2 workers write the same records as one process with the same seeds (answers,
+  trajectories, step texts and tokens; step scores to 1e-6; `wall_time` and the
+  strategies' `*_seconds` apart);
+- a worker killed with SIGKILL mid-way (its pid from the actor's own `where()`) is
+  replaced, its chunk is handed out again, and every problem is written exactly once,
+  with the same records as one process;
+- a rerun of a finished output searches nothing and starts no worker.
+
+One local Ray serves the whole module (starting one costs seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'ets[ray]'): the distributed run is untested")
+
+from ets.app.distributed import run_distributed  # noqa: E402
+from ets.app.run import run  # noqa: E402
+from ets.config import load_config  # noqa: E402
+from test_determinism import assert_same_records, write_problems  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # Two 1-CPU workers; the module's runs join this Ray instead of starting their own.
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return write_problems(tmp_path_factory.mktemp("data") / "problems.jsonl", 8)
+
+
+def config(data: Path, out: Path, *extra: str):
+    return load_config(TINY, [f"data.path={data}", "policy.backend=engine", "method=rebase", f"output={out}", *extra])
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, data) -> Path:
+    out = tmp_path_factory.mktemp("one") / "results.jsonl"
+    run(config(data, out), show_progress=False)
+    return out
+
+
+def ids(path: Path) -> list[str]:
+    return [json.loads(line)["id"] for line in path.read_text().splitlines()]
+
+
+def test_two_workers_write_the_records_of_one_process(cluster, tmp_path, data, one_process):
+    out = tmp_path / "two" / "results.jsonl"
+    summary = run(config(data, out), show_progress=False, workers=2)
+    assert sorted(ids(out)) == sorted(ids(one_process)) and len(set(ids(out))) == 8
+    assert_same_records(one_process, out)
+    w = summary["workers"]
+    assert w["count"] == 2 and w["restarts"] == 0 and w["retries"] == 0 and w["failed"] == {}
+    # both workers searched, and the summary merges their figures
+    assert len(w["per_worker"]) == 2 and sum(p["problems"] for p in w["per_worker"]) == 8
+    assert all(p["problems"] > 0 for p in w["per_worker"])
+    per = [p["policy_memory"]["peak_live_tokens"] for p in w["per_worker"]]
+    assert w["memory_total"]["peak_live_tokens"] == sum(per) == summary["policy_memory"]["peak_live_tokens"]
+    assert summary["problems"] == summary["new_problems"] == 8 and summary["wall_time"] > 0
+    # provenance as in one process: a rerun searches nothing and keeps the summary
+    assert (out.parent / "results.config.json").is_file()
+    assert run(config(data, out), show_progress=False, workers=2) == summary
+
+
+def test_a_worker_killed_mid_way_loses_nothing_and_writes_nothing_twice(cluster, tmp_path, data, one_process):
+    out = tmp_path / "killed" / "results.jsonl"
+    killed = []
+
+    def kill_once(driver):
+        # After the first chunk is written: kill a worker that holds a chunk now.
+        if killed or not driver.written:
+            return
+        for kind, slot, chunk in driver.inflight.values():
+            if kind == "search" and slot.pid is not None:
+                os.kill(slot.pid, signal.SIGKILL)
+                killed.append((slot.pid, [p.id for p in chunk]))
+                return
+
+    summary = run_distributed(config(data, out), workers=2, show_progress=False, chunk=2, hook=kill_once)
+    assert killed, "no worker was killed"
+    written = ids(out)
+    assert len(written) == len(set(written)) == 8          # every problem exactly once
+    assert_same_records(one_process, out)
+    w = summary["workers"]
+    assert w["restarts"] == 1 and w["retries"] >= 1 and w["failed"] == {}
+    assert summary["problems"] == summary["new_problems"] == 8
+
+
+def test_a_worker_that_keeps_dying_is_reported_not_retried_for_ever(cluster, tmp_path, data):
+    """Every worker that takes the last problem is killed: it is reported after 2 failures
+    (on 2 workers), not retried again, and every other problem is written once."""
+    out = tmp_path / "poison" / "results.jsonl"
+    cfg = config(data, out)
+    from ets.data import load_problems
+
+    poison = load_problems(cfg.data)[-1].id
+
+    def kill_holder(driver):
+        for kind, slot, chunk in list(driver.inflight.values()):
+            if kind == "search" and slot.pid is not None and any(p.id == poison for p in chunk):
+                os.kill(slot.pid, signal.SIGKILL)
+
+    summary = run_distributed(cfg, workers=2, show_progress=False, chunk=1, hook=kill_holder)
+    assert sorted(ids(out)) == sorted(p.id for p in load_problems(cfg.data) if p.id != poison)
+    w = summary["workers"]
+    assert list(w["failed"]) == [poison] and "failed 2 times" in w["failed"][poison]
+    assert w["restarts"] == 2
