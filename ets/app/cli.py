@@ -58,14 +58,29 @@ def _run(args: argparse.Namespace) -> int:
 
         print(check_config(config), end="")
         return 0
-    summary = run(config, show_progress=not args.quiet, overwrite=args.overwrite)
+    summary = run(config, show_progress=not args.quiet, overwrite=args.overwrite, workers=args.workers,
+                  ray_address=args.ray_address)
     print(f"wrote {config.output} ({summary['problems']} problems, {summary['new_problems']} new)")
     print(
         f"accuracy {summary['accuracy']:.3f} | kv_size/problem {summary['kv_size_per_problem']:.0f} "
         f"(ETS code's metric {_num(summary.get('kv_size_ref_per_problem'), '.0f')}) | "
         f"{_num(summary.get('tokens_per_s'), '.1f')} tokens/s | wall {_num(summary.get('wall_time'), '.1f')} s"
     )
-    return 0
+    return _workers_lines(summary)
+
+
+def _workers_lines(summary: dict) -> int:
+    """After a run on Ray workers: one line of their figures, one per problem that failed
+    on several workers (not written: a rerun searches it again); exit status 1 if any."""
+    w = summary.get("workers")
+    if not w:
+        return 0
+    total = w["memory_total"]
+    print(f"workers {w['count']} | restarts {w['restarts']} | retries {w['retries']} | "
+          f"peak KV tokens {_num(total.get('peak_live_tokens'), '.0f')} in all | peak RSS {total['peak_rss_mib']:.0f} MiB in all")
+    for pid, why in w["failed"].items():
+        print(f"ets: problem {pid!r} not written: {why}", file=sys.stderr)
+    return 1 if w["failed"] else 0
 
 
 def _presets(args: argparse.Namespace) -> int:
@@ -99,7 +114,7 @@ def _demo(args: argparse.Namespace) -> int:
     methods = _distinct(parse_methods(args.methods), "--methods")
     start = time.perf_counter()
     rows = run_demo(args.width, args.problems, args.out, methods, args.backend, show_progress=not args.quiet,
-                    overwrite=args.overwrite)
+                    overwrite=args.overwrite, workers=args.workers, ray_address=args.ray_address)
     print()
     print(markdown_table(rows))
     print(f"\nresults, table.md/.csv and methods.png in {args.out}/ ({time.perf_counter() - start:.0f}s)")
@@ -122,13 +137,24 @@ def _sweep(args: argparse.Namespace) -> int:
     out = Path(args.out or Path(config.output).parent / "sweep")
     check_outputs([pair_config(config, m, w, out) for w in widths for m in methods], load_problems(config.data),
                   overwrite=args.overwrite, way_out="pass another --out folder, or --overwrite to start it afresh")
-    rows = run_sweep(config, methods, widths, out, show_progress=not args.quiet)
+    rows = run_sweep(config, methods, widths, out, show_progress=not args.quiet, workers=args.workers,
+                     ray_address=args.ray_address)
     print()
     print(markdown_table(rows))
     for line in relative_to_rebase(rows):
         print(line)
     print(f"\ntable.md, table.csv and plots in {out}/")
     return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"give a whole number >= 1, not {text!r}")
+    return value
 
 
 def _distinct(values: Sequence, flag: str) -> list:
@@ -159,8 +185,15 @@ def build_parser() -> argparse.ArgumentParser:
     overwrite = argparse.ArgumentParser(add_help=False)
     overwrite.add_argument("--overwrite", action="store_true",
                            help="start the output afresh: its old results are removed (default: resume it)")
+    distributed = argparse.ArgumentParser(add_help=False)
+    distributed.add_argument("--workers", type=_positive, default=1, metavar="N",
+                             help="shard the problems over N Ray workers, each with its own models (one GPU each "
+                                  "when policy.device is cuda); default 1: this process alone, no Ray")
+    distributed.add_argument("--ray-address", metavar="ADDR",
+                             help="join this Ray cluster (e.g. auto, or HOST:6379 from `ray start --head`); "
+                                  "default with --workers: a local Ray, started and stopped with the run")
 
-    p = sub.add_parser("demo", parents=[common, overwrite],
+    p = sub.add_parser("demo", parents=[common, overwrite, distributed],
                        help="every method on the bundled demo models and task; prints one table")
     p.add_argument("--width", type=int, default=16, help="search width W (default 16)")
     p.add_argument("--problems", type=int, default=50, help="demo test problems to search (default 50)")
@@ -170,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="engine", choices=("engine", "hf"), help="policy backend (default engine)")
     p.set_defaults(func=_demo)
 
-    p = sub.add_parser("run", parents=[common, overwrite], help="search every problem of a dataset; resumable JSONL output")
+    p = sub.add_parser("run", parents=[common, overwrite, distributed], help="search every problem of a dataset; resumable JSONL output")
     p.add_argument("--config", required=True, help="YAML config (see configs/)")
     p.add_argument("--output", help="results JSONL (overrides the config's `output`)")
     p.add_argument("--check", action="store_true",
@@ -179,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. width=32 method=ets policy.backend=hf")
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("sweep", parents=[common, overwrite],
+    p = sub.add_parser("sweep", parents=[common, overwrite, distributed],
                        help="methods x widths on one dataset: CSV, Markdown table, PNG plots; resumable")
     p.add_argument("--config", required=True, help="YAML config (dataset, models, search settings)")
     p.add_argument("--methods", help="comma-separated, e.g. best_of_n,beam,dvts,rebase,ets (default: the config's)")

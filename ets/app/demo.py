@@ -42,9 +42,12 @@ def run_demo(
     backend: str = "engine",
     show_progress: bool = True,
     overwrite: bool = False,
+    workers: int = 1,
+    ray_address: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run each method (a one-width sweep); returns one table row per method and writes
-    results, table and plot into `out`. With `overwrite`, the old results in `out` go first."""
+    results, table and plot into `out`. With `overwrite`, the old results in `out` go first.
+    `workers` / `ray_address`: each method's problems sharded over Ray workers (ets/app/distributed.py)."""
     from ets.app.output import check_outputs
     from ets.app.sweep import pair_config, run_sweep
     from ets.data import load_problems
@@ -56,7 +59,7 @@ def run_demo(
     check_outputs([pair_config(config, m, width, Path(out)) for m in methods], load_problems(config.data),
                   overwrite=overwrite, way_out=f"pass another --out folder, or --overwrite to start {str(out)!r} afresh")
     return run_sweep(config, methods, [width], out, show_progress=show_progress,
-                     title=f"ets demo: {problems} problems, width {width}")
+                     title=f"ets demo: {problems} problems, width {width}", workers=workers, ray_address=ray_address)
 
 
 def prm_scores(model, tok, questions: Sequence[str], trajectories: Sequence[Sequence[Sequence[str]]],

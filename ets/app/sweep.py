@@ -7,6 +7,7 @@ rows; the table is rebuilt from the summaries at the end.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
@@ -74,8 +75,12 @@ def run_sweep(
     show_progress: bool = True,
     fresh_policy_per_pair: bool = True,
     title: str = "",
+    workers: int = 1,
+    ray_address: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every pair (methods x widths); returns the table rows, writes table and plots."""
+    """Run every pair (methods x widths); returns the table rows, writes table and plots.
+    With `workers` > 1 or a `ray_address`, each pair runs on that many Ray workers (fresh
+    ones per pair, loading their own models); one Ray session serves the whole sweep."""
     from ets.app.report import markdown_table, plot_methods, plot_sweep, write_csv
     from ets.app.run import build_reward_for, run
     from ets.policy.build import build_policy
@@ -84,15 +89,21 @@ def run_sweep(
     out.mkdir(parents=True, exist_ok=True)
     configs = [pair_config(base, m, w, out) for w in widths for m in methods]  # validate all first
     rows, reward, policy = [], None, None
-    for config in configs:
-        # A fresh policy and reward model per pair keep each pair's peak KV (the policy's
-        # pool and the PRM's own) that pair's alone, and a PRM that scores on the policy's
-        # engine (share_policy_engine) on this pair's engine, not the first pair's.
-        if policy is None or fresh_policy_per_pair:
-            policy = build_policy(config.policy, config.search)
-            reward = build_reward_for(config, policy)
-        summary = run(config, show_progress=show_progress, policy=policy, reward=reward)
-        rows.append(pair_row(config, summary))
+    distributed = workers > 1 or ray_address is not None
+    with _ray_for(base, workers, ray_address, show_progress) if distributed else contextlib.nullcontext():
+        for config in configs:
+            if distributed:
+                summary = run(config, show_progress=show_progress, workers=workers, ray_address=ray_address)
+                rows.append(pair_row(config, summary))
+                continue
+            # A fresh policy and reward model per pair keep each pair's peak KV (the policy's
+            # pool and the PRM's own) that pair's alone, and a PRM that scores on the policy's
+            # engine (share_policy_engine) on this pair's engine, not the first pair's.
+            if policy is None or fresh_policy_per_pair:
+                policy = build_policy(config.policy, config.search)
+                reward = build_reward_for(config, policy)
+            summary = run(config, show_progress=show_progress, policy=policy, reward=reward)
+            rows.append(pair_row(config, summary))
     (out / "table.md").write_text(markdown_table(rows) + "\n")
     write_csv(rows, out / "table.csv")
     if len(widths) > 1:
@@ -100,6 +111,16 @@ def run_sweep(
     else:
         plot_methods(rows, out / "methods.png", title=title)
     return rows
+
+
+def _ray_for(base: RunConfig, workers: int, address: str | None, show_progress: bool):
+    """One Ray session (joined, or local and stopped at the end) for every pair of a sweep."""
+    import os
+
+    from ets.app.distributed import ray_session, worker_resources
+
+    cpus, _ = worker_resources(base, workers, None, None)
+    return ray_session(address, num_cpus=max(os.cpu_count() or 1, workers * cpus), quiet=not show_progress)
 
 
 def relative_to_rebase(rows: Sequence[dict[str, Any]]) -> list[str]:
