@@ -178,12 +178,50 @@ class SearchConfig:
         return self.compat == ETS_CODE
 
 
+POLICY_BACKENDS = ("engine", "hf", "vllm")
+# `policy.vllm` keys: `vllm.LLM` / `vllm.EngineArgs` options, passed through as given. The
+# backend sets model and tokenizer itself; enable_prefix_caching defaults to true, dtype,
+# seed and max_model_len to policy.dtype, the search seed and policy.max_context, and
+# block_size on vLLM's CPU build to 32 (ets/policy/vllm.py).
+VLLM_OPTIONS: dict[str, type | tuple[type, ...]] = {
+    "tensor_parallel_size": int, "pipeline_parallel_size": int, "data_parallel_size": int,
+    "distributed_executor_backend": str, "gpu_memory_utilization": (int, float), "kv_cache_memory_bytes": int,
+    "block_size": int, "max_num_seqs": int, "max_num_batched_tokens": int, "max_model_len": int,
+    "enforce_eager": bool, "dtype": str, "seed": int, "quantization": str, "swap_space": (int, float),
+    "cpu_offload_gb": (int, float), "num_gpu_blocks_override": int, "enable_chunked_prefill": bool,
+    "trust_remote_code": bool, "revision": str, "tokenizer_revision": str, "kv_cache_dtype": str,
+    "calculate_kv_scales": bool, "disable_custom_all_reduce": bool, "compilation_config": (int, dict),
+    "enable_prefix_caching": bool, "prefix_caching_hash_algo": str, "max_logprobs": int,
+    "disable_log_stats": bool, "load_format": str, "download_dir": str, "max_seq_len_to_capture": int,
+    "attention_backend": str, "async_scheduling": bool,
+}
+
+
+def _vllm_options(options: Any, backend: str) -> dict[str, Any]:
+    """`policy.vllm` checked: a mapping of known vLLM option names to values of their type."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"policy.vllm must be a mapping of vLLM option names to values, got {options!r}")
+    if options and backend != "vllm":
+        raise ConfigError(f"policy.vllm is read only by policy.backend=vllm (backend is {backend!r}); "
+                          f"set policy.backend=vllm or remove policy.vllm")
+    for key, value in options.items():
+        if key not in VLLM_OPTIONS:
+            raise ConfigError(f"unknown key policy.vllm.{key!s}; known vLLM options: {', '.join(sorted(VLLM_OPTIONS))}")
+        kind = VLLM_OPTIONS[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            names = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
+            raise ConfigError(f"policy.vllm.{key}: {value!r} must be {names}")
+    return dict(options)
+
+
 @dataclass
 class PolicyConfig:
     """The policy model and how it runs."""
 
     model: str = "tiny:llama"         # HF path or hub name, or tiny:<arch> (random init, tests)
-    backend: str = "engine"           # engine (prefix-sharing KV cache) | hf (plain generate baseline)
+    backend: str = "engine"           # engine (prefix-sharing KV cache) | hf (plain generate baseline) | vllm
     device: str = "cpu"
     dtype: str = "float32"
     prompt_template: str = "{question}\n"
@@ -192,9 +230,13 @@ class PolicyConfig:
     max_batch_tokens: int = 8192      # engine: tokens per forward
     max_context: int | None = None    # tokens a path may hold (None: the model's max_position_embeddings)
     prompt_overflow: str = "error"    # a prompt that fills the context: error | truncate (keep its last tokens)
+    # vllm: vLLM's own engine options, passed to `vllm.LLM` (names in VLLM_OPTIONS), e.g.
+    # {tensor_parallel_size: 2, gpu_memory_utilization: 0.8, block_size: 32}
+    vllm: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _choice("policy.backend", self.backend, ("engine", "hf"))
+        _choice("policy.backend", self.backend, POLICY_BACKENDS)
+        self.vllm = _vllm_options(self.vllm, self.backend)
         _choice("policy.prompt_overflow", self.prompt_overflow, ("error", "truncate"))
         if self.max_context is not None:
             _integer("policy.max_context", self.max_context, 2)
@@ -404,6 +446,8 @@ def merge_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             raw.setdefault(path[0], {})[path[1]] = value
         elif len(path) == 3 and path[0] == "reward" and path[1] == "options":
             raw.setdefault("reward", {}).setdefault("options", {})[path[2]] = value
+        elif len(path) == 3 and path[0] == "policy" and path[1] == "vllm":
+            raw.setdefault("policy", {}).setdefault("vllm", {})[path[2]] = value
         else:
             raise ConfigError(f"override {item!r}: use key=value or SECTION.key=value with SECTION in {', '.join(SECTIONS)}")
     return raw

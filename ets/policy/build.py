@@ -1,4 +1,5 @@
-"""The policy backend a `PolicyConfig` names: `engine` (the default) or `hf` (the baseline)."""
+"""The policy backend a `PolicyConfig` names: `engine` (the default), `hf` (the baseline) or
+`vllm` (vLLM in-process, ets/policy/vllm.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ def build_policy(policy: PolicyConfig, search: SearchConfig) -> Policy:
         from ets.policy.hf import HFPolicy
 
         return HFPolicy.from_config(policy, search)
+    if policy.backend == "vllm":
+        from ets.policy.vllm import VLLMPolicy
+
+        return VLLMPolicy.from_config(policy, search)
     from ets.policy.engine import EnginePolicy
 
     return EnginePolicy.from_config(policy, search)
