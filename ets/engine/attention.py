@@ -28,6 +28,7 @@ CPU and GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,16 @@ from ets.engine.workspace import DecodeKV, Workspace
 from ets.models.load import ModelLoadError
 
 ATTENTION_NAME = "ets_paged"
+
+
+class Compaction(NamedTuple):
+    """Sequences left the decode group: old rows `keep` (of `old_rows`) survive, in order;
+    cascade: old prefix rows `keep_clusters` (of `old_clusters`, `old_pre_cols` wide)."""
+    keep: torch.Tensor
+    old_rows: int
+    keep_clusters: torch.Tensor
+    old_clusters: int
+    old_pre_cols: int
 
 
 @dataclass
@@ -53,6 +64,7 @@ class DecodeMeta:
     slots: torch.Tensor   # [B, cap] plain decode: the gather index of a rebuild
     cols: torch.Tensor    # [B] column of each new token (plain: its position; cascade: - shared)
     rows: torch.Tensor    # [B] arange
+    compact: Compaction | None = None  # reused after some sequences left: compact first
 
     def layer_key(self, layer: int) -> int:
         return layer if self.per_layer else 0
@@ -182,6 +194,9 @@ def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_poo
         take(k_pool, slots, out=k)   # [Hkv, B, cap, D]; the new tokens are in the pool already
         take(v_pool, slots, out=v)
     else:
+        if d.compact is not None:
+            c = d.compact
+            d.kv.compact("ctx", layer, (kv_heads, c.old_rows, d.cap, dim), (kv_heads, n_seq, d.cap, dim), c.keep)
         k[:, d.rows, d.cols] = new_kv[0]
         v[:, d.rows, d.cols] = new_kv[1]
     length = group.kv_slots.shape[1]

@@ -111,11 +111,14 @@ class ModelRunner:
         shared = any(chunks[i].cluster == chunks[i - 1].cluster for i in range(1, len(chunks)))
         # columns the buffers need now: plain, the whole context; cascade, the own part
         need = l_max if not shared else max(c.start + 1 - c.shared for c in chunks)
-        fresh = kv.plan(tuple(c.uid for c in chunks), [c.start for c in chunks], shared, need)
+        clusters = tuple(dict.fromkeys(c.cluster for c in chunks)) if shared else ()
+        reuse = kv.plan(tuple(c.uid for c in chunks), [c.start for c in chunks], shared, need, clusters)
+        fresh = reuse is None
         if fresh:
             kv.cap = min(need + HEADROOM, self.table.rows.shape[1]) if not shared else need + HEADROOM
         cap = kv.cap
         casc = self._cascade(chunks, rows, cap) if shared else None
+        old_pre_cols = kv.pre_cols
         if casc is None:
             slots = self.table.rows[rows, :cap]
             cols = starts
@@ -123,9 +126,16 @@ class ModelRunner:
         else:
             slots, cols = casc.own_slots, casc.own_cols
             per_row = casc.pre_slots.numel() / len(chunks) + cap
+            kv.pre_cols = casc.pre_slots.shape[1]
         kept = kv.keep(int(per_row * len(chunks)) * self.pool.k[0].shape[0] * self.pool.k[0].shape[2]) if fresh else kv.kept
         n = len(chunks)
-        meta = attention.DecodeMeta(kv, fresh, kept, cap, slots, cols, torch.arange(n, device=self.device))
+        compact = None
+        if reuse is not None and reuse.keep is not None:
+            dev = self.device
+            compact = attention.Compaction(torch.tensor(reuse.keep, device=dev), reuse.old_rows,
+                                           torch.tensor(reuse.keep_clusters or [0], device=dev),
+                                           reuse.old_clusters, old_pre_cols)
+        meta = attention.DecodeMeta(kv, fresh, kept, cap, slots, cols, torch.arange(n, device=self.device), compact)
         return attention.AttentionGroup(self.table.rows[rows, :l_max], starts[:, None], None, n, casc, meta)
 
     def _group(self, chunks: list[Chunk], decode: bool) -> attention.AttentionGroup:

@@ -15,17 +15,29 @@ lives in the pool; nothing here is accounted as cache):
       layer l, row b:  [ context of b, gathered at the last rebuild | new | new | .. headroom ]
                          0                                   start_b at rebuild      cap
 
-  Any other change (a sequence finished, joined or was preempted; a row ran past its
-  headroom) rebuilds: one gather per layer, as before, into the kept memory.
+  When sequences leave (finish), the survivors' rows are compacted (a contiguous copy);
+  any other change (a sequence joined or was preempted; a row ran past its headroom)
+  rebuilds: one gather per layer, as before, into the kept memory.
   The kept copy is valid because a running sequence's context slots never change: its
   prefix is locked and its own slots are its alone until it finishes.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 HEADROOM = 16  # decode steps a rebuild leaves room for before the next one
+
+
+class Reuse(NamedTuple):
+    """The kept buffers serve this forward; `keep`: the old rows (and `keep_clusters`:
+    the old prefix rows) that survive, in order, when some sequences left (else None)."""
+    keep: list[int] | None
+    keep_clusters: list[int] | None
+    old_rows: int
+    old_clusters: int
 
 
 class Workspace:
@@ -62,17 +74,50 @@ class DecodeKV:
         self.uids: tuple[int, ...] | None = None
         self.starts: list[int] = []
         self.mode: object = None
+        self.mode_prev: object = None
+        self.clusters: tuple[int, ...] = ()
         self.cap = 0
+        self.pre_cols = 0   # the prefix region's columns at the last forward (cascade)
         self.kept = False
 
-    def plan(self, uids: tuple[int, ...], starts: list[int], mode: object, need: int) -> bool:
-        """Whether this forward must rebuild (gather afresh): the group is not the same
-        sequences (`uids`, in order, in the same `mode`), each one position further, within
-        the buffers' `cap` columns. The caller sets `cap` on a rebuild."""
-        reuse = (self.kept and uids == self.uids and mode == self.mode and need <= self.cap
-                 and all(s == p + 1 for s, p in zip(starts, self.starts)))
-        self.uids, self.starts, self.mode = uids, starts, mode
-        return not reuse
+    def plan(self, uids: tuple[int, ...], starts: list[int], mode: object, need: int,
+             clusters: tuple[int, ...] = ()) -> "Reuse | None":
+        """How this forward may use the kept buffers; None: rebuild (gather afresh).
+
+        They are reusable when the group is the last forward's sequences (`uids`, in the
+        same `mode`), each one position further, within the buffers' `cap` columns; and
+        also when some sequences left (finished): the survivors' rows (and the surviving
+        `clusters`' prefix rows) are compacted in place of a gather. The caller sets `cap`
+        on a rebuild."""
+        old_uids, old_starts, old_clusters = self.uids, self.starts, self.clusters
+        self.uids, self.starts, self.mode_prev, self.clusters = uids, starts, self.mode, clusters
+        self.mode = mode
+        if not (self.kept and old_uids is not None and mode == self.mode_prev and need <= self.cap):
+            return None
+        if uids == old_uids:
+            if all(s == p + 1 for s, p in zip(starts, old_starts)):
+                return Reuse(None, None, len(uids), len(clusters))
+            return None
+        where = {u: i for i, u in enumerate(old_uids)}
+        keep = [where.get(u, -1) for u in uids]
+        if min(keep) < 0 or keep != sorted(keep) or any(s != old_starts[i] + 1 for s, i in zip(starts, keep)):
+            return None  # someone joined, or the order changed
+        cwhere = {c: i for i, c in enumerate(old_clusters)}
+        ckeep = [cwhere.get(c, -1) for c in clusters]
+        if clusters and (min(ckeep) < 0 or ckeep != sorted(ckeep)):
+            return None
+        return Reuse(keep, ckeep, len(old_uids), len(old_clusters))
+
+    def compact(self, name: str, layer, old_shape: tuple[int, ...], new_shape: tuple[int, ...],
+                keep: torch.Tensor) -> None:
+        """Rows `keep` of region `name`'s buffers [Hkv, R_old, cols_old, D] become its rows
+        0.. [Hkv, R_new, cols_new <= cols_old, D] (through a scratch copy: they overlap)."""
+        cols = new_shape[2]
+        for kv in ("k", "v"):
+            old = self.ws.get((name, kv, layer), old_shape)
+            tmp = self.ws.get("compact", (old_shape[0], len(keep), *old_shape[2:]))
+            torch.index_select(old, 1, keep, out=tmp)
+            self.ws.get((name, kv, layer), new_shape).copy_(tmp[:, :, :cols])
 
     def buffers(self, name: str, layer: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V buffers [Hkv, R, cols, D] of region `name` for `layer`."""
