@@ -62,12 +62,16 @@ scheduler.postprocess; the scheduler only plans and never sees the model):
     scheduler.py  admission, memory, the step's Plan, postprocess (no model)
     runner.py     one forward of a Plan's chunks
     attention.py  paged attention fn       cascade.py    shared-prefix decode attention
+    workspace.py  reused gather buffers (decode keeps its gathered contexts across steps)
     sampling.py   sampling, stop rules (StopStrings, shared with ets/policy/steps.py)
     prefix.py     shared prefixes of a call (and branch-point levels for a scorer)
     engine.py     the public API and the step loop
 
 Tokens of a call that several sequences share are computed once (prefix.py); samples of one
 path decode with cascade attention, reading the path's KV once per step (cascade.py).
+Decode gathers each sequence's context from the pool once, into buffers kept across steps
+(at most the pool's size again, scratch, not counted as KV): a step writes only its new
+tokens there, and sequences that finish are compacted out (workspace.py).
 """
 
 from ets.engine.engine import DEFAULT_KV_TOKENS, DEFAULT_MAX_BATCH_TOKENS, Continuation, Engine, Request
