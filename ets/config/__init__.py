@@ -1,0 +1,47 @@
+"""Configuration: one validated dataclass per layer, loadable from YAML, overridable.
+
+    search:  SearchConfig   what the search does (method, width, scoring, ETS weights)
+    policy:  PolicyConfig   which model proposes steps, and how it is run
+    reward:  RewardConfig   which PRM scores them
+    data:    DataConfig     which problems
+    RunConfig               all four, plus where results go
+
+A YAML file may hold the four sections, or put the search keys at the top level, as the
+ETS public code's hyperparameter files do (their key names are accepted: `select_method`,
+`lambdac`, `lambdas`, `fixedwidth`, ...). Command-line overrides are `key=value`, with a
+dotted section for the other layers: `width=64 policy.model=tiny:qwen2 data.limit=10`.
+Every unknown key or bad value raises `ConfigError` naming the key and what is allowed.
+
+The rest of the ETS code's recipe keys are understood too (docs/FIDELITY.md):
+`store_path` is the output folder (`output` = `<store_path>/results.jsonl` unless `output`
+is given), `num_threads` is accepted and has no effect here (it sized the ETS code's SGLang
+client threads; `ets run` says so in one logged line), and `policy_model_type` /
+`reward_model_type` name rows of `PRESETS`: the prompt template and step delimiter, and
+the PRM convention, that the ETS code uses for those models. A user's explicit keys
+override a preset's. `search.compat: ets_code` reproduces the ETS code's selection and
+accounting where they depart from ALGORITHMS.md (the default, `project`, keeps the
+project's corrected behaviour).
+
+    checks.py    ConfigError and the shared value checks
+    sections.py  the dataclasses, their allowed values and defaults
+    presets.py   the ETS code's model conventions (PRESETS)
+    loading.py   YAML files, overrides, the recipes' layout -> RunConfig
+"""
+
+from ets.config.checks import ConfigError
+from ets.config.loading import (SECTIONS, STORE_PATH_FILE, TOP_LEVEL, config_from_dict, load_config,
+                                merge_overrides, parse_override, read_yaml)
+from ets.config.presets import LLAMA_SYSTEM_PROMPT, PRESETS, apply_presets, preset_lines
+from ets.config.sections import (AGGREGATIONS, COMPAT_MODES, COSTS, ETS_CODE, ETS_KEY_ALIASES, METHOD_ALIASES,
+                                 POLICY_BACKENDS, PROJECT, REFERENCE_ANSWER_PHRASES, REFERENCE_PROMPT_TOKENS,
+                                 VLLM_OPTIONS, VOTES, DataConfig, PolicyConfig, RewardConfig, RunConfig,
+                                 SearchConfig)
+
+__all__ = [
+    "AGGREGATIONS", "COMPAT_MODES", "COSTS", "ETS_CODE", "ETS_KEY_ALIASES", "LLAMA_SYSTEM_PROMPT",
+    "METHOD_ALIASES", "POLICY_BACKENDS", "PRESETS", "PROJECT", "REFERENCE_ANSWER_PHRASES",
+    "REFERENCE_PROMPT_TOKENS", "SECTIONS", "STORE_PATH_FILE", "TOP_LEVEL", "VLLM_OPTIONS", "VOTES",
+    "ConfigError", "DataConfig", "PolicyConfig", "RewardConfig", "RunConfig", "SearchConfig",
+    "apply_presets", "config_from_dict", "load_config", "merge_overrides", "parse_override",
+    "preset_lines", "read_yaml",
+]

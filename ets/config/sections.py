@@ -1,0 +1,252 @@
+"""The validated sections of a config: one dataclass per layer, checked on construction.
+
+    SearchConfig   what the search does (method, width, scoring, ETS weights)
+    PolicyConfig   which model proposes steps, and how it is run (vLLM options included)
+    RewardConfig   which PRM scores them
+    DataConfig     which problems
+    RunConfig      all four, plus where results go and the ETS recipe keys
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ets.config.checks import ConfigError, choice, integer, positive
+from ets.config.presets import preset
+
+# The ETS public code's names for the methods, mapped onto ours.
+METHOD_ALIASES = {
+    "beam_search": "beam",
+    "softmax": "rebase",
+    "softmax_costmodel": "ets",
+    "bon": "best_of_n",
+    "best-of-n": "best_of_n",
+}
+AGGREGATIONS = ("last", "min", "mean", "prod")
+# search.compat: the project's corrected behaviour, or the ETS public code's (docs/FIDELITY.md).
+PROJECT, ETS_CODE = "project", "ets_code"
+COMPAT_MODES = (PROJECT, ETS_CODE)
+# The ETS code's answer phrases: a step that writes one ends its trajectory (ALGORITHMS.md,
+# "Terminal"). Case as written; the default of `search.answer_markers`.
+REFERENCE_ANSWER_PHRASES = ("The answer is", "The final answer is:", "Therefore, the final answer is")
+# What the ETS code counts a prompt as: `len(tokenizer(text))`, the keys of a Llama or
+# Mistral tokenizer's output (input_ids, attention_mask), not its tokens.
+REFERENCE_PROMPT_TOKENS = 2
+VOTES = ("best", "majority", "weighted")
+COSTS = ("uniform", "tokens")
+
+# Keys of the ETS public code's hyperparameter files -> our field names.
+ETS_KEY_ALIASES = {
+    "select_method": "method",
+    "lambdac": "lambda_c",
+    "lambdas": "lambda_s",
+    "fixedwidth": "fixed_width",
+}
+
+
+@dataclass
+class SearchConfig:
+    """Hyperparameters of one search (ALGORITHMS.md). Defaults follow the ETS public code."""
+
+    method: str = "rebase"            # a registered strategy: best_of_n | beam | dvts | rebase | ets (ETS names accepted)
+    width: int = 16                   # W: completed trajectories a search may produce
+    temperature: float = 1.0          # policy sampling temperature
+    top_p: float = 1.0
+    top_k: int = 0                    # 0 = off
+    max_step_tokens: int = 256        # tokens per step before it is cut
+    max_tokens: int = 1024            # generated tokens per trajectory before it is completed
+    max_depth: int = 25               # steps per trajectory
+    softmax_temperature: float = 0.2  # REBASE / ETS outcome-weight temperature T
+    fixed_width: int | None = None    # beam: beams kept; dvts: subtrees (default ceil(sqrt(W)))
+    lambda_c: float = 1.0             # ETS: weight of the KV cost
+    lambda_s: float = 1.5             # ETS: weight of semantic coverage
+    cost: str = "uniform"             # ETS node cost: uniform (1/(M+N)) | tokens
+    cluster_threshold: float = 0.05   # ETS: cosine-distance cut of the dendrogram
+    embedder: str = "all-MiniLM-L6-v2"  # sentence-transformers model (default ships offline)
+    kv_budget: int | None = None      # ETS: hard cap on tokens of kept nodes (beyond the paper)
+    lp_relax: bool = False            # ETS: solve the LP relaxation and round
+    lp_time_limit: float = 1.0        # ETS: seconds per solve before the REBASE fallback
+    aggregation: str = "last"         # last | min | mean | prod
+    vote: str = "weighted"            # best | majority | weighted
+    seed: int = 0
+    # A step that writes one of these (case as written, starting a sentence) ends its
+    # trajectory, as do EOS and a \boxed{} answer. Default: the ETS code's phrases.
+    answer_markers: list[str] = field(default_factory=lambda: list(REFERENCE_ANSWER_PHRASES))
+    compat: str = PROJECT             # project | ets_code: the ETS public code's selection and accounting
+
+    def __post_init__(self) -> None:
+        self.method = METHOD_ALIASES.get(self.method, self.method)
+        # Which names exist is the strategy registry's to say (search.available(), checked by
+        # search.build): a strategy registered by a user needs no edit here.
+        if not isinstance(self.method, str) or not self.method:
+            raise ConfigError(f"method: {self.method!r} must be a strategy name, e.g. rebase")
+        if self.fixed_width is not None and self.fixed_width <= 0:
+            self.fixed_width = None   # the ETS code writes -1 for "not set"
+        for key in ("width", "max_step_tokens", "max_tokens", "max_depth"):
+            integer(key, getattr(self, key), 1)
+        integer("top_k", self.top_k, 0)
+        integer("seed", self.seed, 0)
+        if self.seed >= 2**63:  # torch and numpy generators take a signed 64-bit seed
+            raise ConfigError(f"seed: {self.seed!r} must be below 2**63 ({2**63})")
+        if self.fixed_width is not None:
+            integer("fixed_width", self.fixed_width, 1)
+            if self.method == "dvts" and self.fixed_width > self.width:
+                # each of the fixed_width subtrees gets width // fixed_width = 0 of the width
+                raise ConfigError(f"fixed_width: {self.fixed_width} DVTS subtrees cannot share width {self.width} "
+                                  f"(each would get 0); use fixed_width <= width")
+        if self.kv_budget is not None:
+            integer("kv_budget", self.kv_budget, 1)
+        positive("temperature", self.temperature, zero_ok=True)
+        positive("softmax_temperature", self.softmax_temperature)
+        positive("lp_time_limit", self.lp_time_limit)
+        positive("lambda_c", self.lambda_c, zero_ok=True)
+        positive("lambda_s", self.lambda_s, zero_ok=True)
+        positive("cluster_threshold", self.cluster_threshold, zero_ok=True)
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p: {self.top_p!r} must be in (0, 1]")
+        choice("cost", self.cost, COSTS)
+        choice("aggregation", self.aggregation, AGGREGATIONS)
+        choice("vote", self.vote, VOTES)
+        choice("compat", self.compat, COMPAT_MODES)
+        if isinstance(self.answer_markers, str):
+            self.answer_markers = [self.answer_markers]
+        if not isinstance(self.answer_markers, (list, tuple)) or not all(
+                isinstance(m, str) and m.strip() for m in self.answer_markers):
+            raise ConfigError(f"answer_markers: {self.answer_markers!r} must be a list of non-empty strings, "
+                              f"e.g. {list(REFERENCE_ANSWER_PHRASES)!r} (the default), or [] for EOS and \\boxed{{}} only")
+        self.answer_markers = list(self.answer_markers)
+
+    @property
+    def ets_code(self) -> bool:
+        """Whether the ETS public code's rules apply (`compat: ets_code`)."""
+        return self.compat == ETS_CODE
+
+
+POLICY_BACKENDS = ("engine", "hf", "vllm")
+# `policy.vllm` keys: `vllm.LLM` / `vllm.EngineArgs` options, passed through as given. The
+# backend sets model and tokenizer itself; enable_prefix_caching defaults to true, dtype,
+# seed and max_model_len to policy.dtype, the search seed and policy.max_context, and
+# block_size on vLLM's CPU build to 32 (ets/policy/vllm.py).
+VLLM_OPTIONS: dict[str, type | tuple[type, ...]] = {
+    "tensor_parallel_size": int, "pipeline_parallel_size": int, "data_parallel_size": int,
+    "distributed_executor_backend": str, "gpu_memory_utilization": (int, float), "kv_cache_memory_bytes": int,
+    "block_size": int, "max_num_seqs": int, "max_num_batched_tokens": int, "max_model_len": int,
+    "enforce_eager": bool, "dtype": str, "seed": int, "quantization": str, "swap_space": (int, float),
+    "cpu_offload_gb": (int, float), "num_gpu_blocks_override": int, "enable_chunked_prefill": bool,
+    "trust_remote_code": bool, "revision": str, "tokenizer_revision": str, "kv_cache_dtype": str,
+    "calculate_kv_scales": bool, "disable_custom_all_reduce": bool, "compilation_config": (int, dict),
+    "enable_prefix_caching": bool, "prefix_caching_hash_algo": str, "max_logprobs": int,
+    "disable_log_stats": bool, "load_format": str, "download_dir": str, "max_seq_len_to_capture": int,
+    "attention_backend": str, "async_scheduling": bool,
+}
+
+
+def _vllm_options(options: Any, backend: str) -> dict[str, Any]:
+    """`policy.vllm` checked: a mapping of known vLLM option names to values of their type."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"policy.vllm must be a mapping of vLLM option names to values, got {options!r}")
+    if options and backend != "vllm":
+        raise ConfigError(f"policy.vllm is read only by policy.backend=vllm (backend is {backend!r}); "
+                          f"set policy.backend=vllm or remove policy.vllm")
+    for key, value in options.items():
+        if key not in VLLM_OPTIONS:
+            raise ConfigError(f"unknown key policy.vllm.{key!s}; known vLLM options: {', '.join(sorted(VLLM_OPTIONS))}")
+        kind = VLLM_OPTIONS[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            names = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
+            raise ConfigError(f"policy.vllm.{key}: {value!r} must be {names}")
+    return dict(options)
+
+
+@dataclass
+class PolicyConfig:
+    """The policy model and how it runs."""
+
+    model: str = "tiny:llama"         # HF path or hub name, or tiny:<arch> (random init, tests)
+    backend: str = "engine"           # engine (prefix-sharing KV cache) | hf (plain generate baseline) | vllm
+    device: str = "cpu"
+    dtype: str = "float32"
+    prompt_template: str = "{question}\n"
+    step_delimiter: str = "\n\n"      # a step ends here (kept in the step's tokens)
+    kv_budget_tokens: int | None = None  # engine: KV pool size in tokens (None: the engine's default)
+    max_batch_tokens: int = 8192      # engine: tokens per forward
+    max_context: int | None = None    # tokens a path may hold (None: the model's max_position_embeddings)
+    prompt_overflow: str = "error"    # a prompt that fills the context: error | truncate (keep its last tokens)
+    # vllm: vLLM's own engine options, passed to `vllm.LLM` (names in VLLM_OPTIONS), e.g.
+    # {tensor_parallel_size: 2, gpu_memory_utilization: 0.8, block_size: 32}
+    vllm: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        choice("policy.backend", self.backend, POLICY_BACKENDS)
+        self.vllm = _vllm_options(self.vllm, self.backend)
+        choice("policy.prompt_overflow", self.prompt_overflow, ("error", "truncate"))
+        if self.max_context is not None:
+            integer("policy.max_context", self.max_context, 2)
+        choice("policy.dtype", self.dtype, ("float32", "float16", "bfloat16"))
+        if "{question}" not in self.prompt_template:
+            raise ConfigError("policy.prompt_template must contain the placeholder {question} "
+                              "(the only placeholder; other braces are kept as written)")
+        if not self.step_delimiter:
+            raise ConfigError("policy.step_delimiter must be a non-empty string, e.g. '\\n\\n'")
+        if self.kv_budget_tokens is not None:
+            integer("policy.kv_budget_tokens", self.kv_budget_tokens, 1)
+        integer("policy.max_batch_tokens", self.max_batch_tokens, 1)
+
+
+@dataclass
+class RewardConfig:
+    """The process reward model: a built-in name or `module:attr`, with its own options."""
+
+    name: str = "step_tag"
+    model: str | None = None          # path for model-based PRMs (None: the policy's model)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataConfig:
+    """Where the problems come from."""
+
+    path: str | None = None           # JSONL file
+    format: str = "auto"              # auto | gsm8k | math500 | fields
+    question_field: str | None = None  # with format=fields
+    answer_field: str | None = None
+    hf_name: str | None = None        # a `datasets` name, for machines with a hub
+    hf_split: str = "test"
+    limit: int | None = None          # first N problems
+
+    def __post_init__(self) -> None:
+        choice("data.format", self.format, ("auto", "gsm8k", "math500", "fields"))
+        if self.format == "fields" and not (self.question_field and self.answer_field):
+            raise ConfigError("data.format=fields needs data.question_field and data.answer_field")
+        if self.limit is not None:
+            integer("data.limit", self.limit, 1)
+
+
+@dataclass
+class RunConfig:
+    search: SearchConfig = field(default_factory=SearchConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    output: str = "runs/results.jsonl"
+    concurrency: int = 8              # problems searched at once (one batched call per round)
+    save_trees: bool = False          # add each whole search tree to its result line
+    # The ETS code's recipe keys (`store_path` sets `output`; see the module doc):
+    num_threads: int | None = None    # accepted, no effect here (the ETS code's SGLang client threads)
+    policy_model_type: str | None = None   # a PRESETS row applied to the policy section
+    reward_model_type: str | None = None   # a PRESETS row applied to the reward section
+
+    def __post_init__(self) -> None:
+        integer("concurrency", self.concurrency, 1)
+        if self.num_threads is not None:
+            integer("num_threads", self.num_threads, 1)
+        for key in ("policy_model_type", "reward_model_type"):
+            if getattr(self, key) is not None:
+                preset(key, getattr(self, key))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
