@@ -31,11 +31,11 @@ from typing import Any, Hashable
 
 from ets.config import PolicyConfig, SearchConfig
 from ets.engine.engine import Engine
-from ets.policy.base import ExpandRequest, KVMemory, Prompt, SamplingSettings, Step
-from ets.policy.steps import StepCutter, at_context, fit_prompt, format_prompt, model_context, new_token_cap
+from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
+from ets.policy.steps import PromptsAndSteps, at_context, model_context, new_token_cap
 
 
-class EnginePolicy:
+class EnginePolicy(PromptsAndSteps):
     def __init__(self, engine: Engine, policy: PolicyConfig, search: SearchConfig):
         if engine.tokenizer is None:
             raise ValueError("EnginePolicy needs an engine built with a tokenizer (for the step delimiter)")
@@ -45,7 +45,6 @@ class EnginePolicy:
         self.search = search
         self.sampling = SamplingSettings.from_search(search)  # for requests that carry none
         self.context_tokens = model_context(engine.model.config, policy.max_context)
-        self._cutters: dict[int, StepCutter] = {}
         self._rng = random.Random(search.seed)  # seeds for requests that carry none
         self._held: set[int] = set()            # handles given out and not yet released
         self._stats = {"generated_tokens": 0, "expand_calls": 0}
@@ -59,16 +58,6 @@ class EnginePolicy:
             dtype=policy.dtype, max_batch_tokens=policy.max_batch_tokens, seed=search.seed,
         )
         return cls(engine, policy, search)
-
-    def format_prompt(self, question: str) -> Prompt:
-        prompt = Prompt(*format_prompt(self.tokenizer, self.config.prompt_template, question))
-        return fit_prompt(prompt, self.context_tokens, self.config.prompt_overflow, self.search.max_step_tokens,
-                          self.tokenizer)
-
-    def cutter(self, max_step_tokens: int) -> StepCutter:
-        if max_step_tokens not in self._cutters:
-            self._cutters[max_step_tokens] = StepCutter(self.tokenizer, self.config.step_delimiter, max_step_tokens)
-        return self._cutters[max_step_tokens]
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
         out: list[list[Step]] = [[] for _ in requests]

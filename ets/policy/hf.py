@@ -29,8 +29,8 @@ from ets.config import PolicyConfig, SearchConfig
 from ets.engine.engine import sample_seed
 from ets.engine.sampling import SamplingParams, make_generator, sample
 from ets.models.load import load_causal_lm
-from ets.policy.base import ExpandRequest, KVMemory, Prompt, SamplingSettings, Step
-from ets.policy.steps import StepCutter, at_context, fit_prompt, format_prompt, model_context, new_token_cap
+from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
+from ets.policy.steps import PromptsAndSteps, StepCutter, at_context, model_context, new_token_cap
 
 
 class _Row(NamedTuple):
@@ -71,7 +71,7 @@ class _RowSampler(LogitsProcessor):
         return out
 
 
-class HFPolicy:
+class HFPolicy(PromptsAndSteps):
     """`ets.policy.base.Policy` on `model.generate` (left-padded batches, sampled per row)."""
 
     def __init__(self, model, tokenizer, policy: PolicyConfig, search: SearchConfig, max_rows: int = 64):
@@ -82,7 +82,6 @@ class HFPolicy:
         self.sampling = SamplingSettings.from_search(search)  # for requests that carry none
         self.context_tokens = model_context(model.config, policy.max_context)
         self.max_rows = max_rows
-        self._cutters: dict[int, StepCutter] = {}
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self._rng = random.Random(search.seed)  # seeds for requests that carry none
         self._stats = {"generated_tokens": 0, "computed_tokens": 0, "expand_calls": 0, "peak_kv_tokens": 0}
@@ -91,16 +90,6 @@ class HFPolicy:
     def from_config(cls, policy: PolicyConfig, search: SearchConfig) -> "HFPolicy":
         model, tokenizer = load_causal_lm(policy.model, policy.device, policy.dtype, seed=search.seed)
         return cls(model, tokenizer, policy, search)
-
-    def format_prompt(self, question: str) -> Prompt:
-        prompt = Prompt(*format_prompt(self.tokenizer, self.config.prompt_template, question))
-        return fit_prompt(prompt, self.context_tokens, self.config.prompt_overflow, self.search.max_step_tokens,
-                          self.tokenizer)
-
-    def cutter(self, max_step_tokens: int) -> StepCutter:
-        if max_step_tokens not in self._cutters:
-            self._cutters[max_step_tokens] = StepCutter(self.tokenizer, self.config.step_delimiter, max_step_tokens)
-        return self._cutters[max_step_tokens]
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
         # One row per sample, grouped by sampling settings (one generate() call per group).

