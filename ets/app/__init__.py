@@ -10,6 +10,8 @@
     output.py       opening an output: path checks, resume or refuse, --overwrite, atomic writes
     provenance.py   the resolved config beside the results (<name>.config.json), compared on rerun
     lock.py         one writer per output (flock on <output>.lock)
+    distributed.py  `--workers N`: the driver that shards problems over Ray actors
+    worker.py       one such actor: its own policy, reward model and strategy
     ets_results.py  reading the ETS public code's answers.json files into our records
 
 This is the top layer: it may import everything below it; nothing imports it.

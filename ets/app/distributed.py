@@ -48,7 +48,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -56,103 +55,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from ets.config import ConfigError, RunConfig
+from ets.app.worker import Worker
 from ets.data import Problem
 
 log = logging.getLogger(__name__)
 
 CHUNKS_PER_WORKER = 4   # the queue holds ~this many chunks per worker: enough to balance, few enough to batch
 MAX_FAILURES = 2
-
-
-# --------------------------------------------------------------------------- the worker (a Ray actor)
-class Worker:
-    """One shard's search: its own policy, reward model and strategy. Created through
-    `ray.remote` by the driver; `setup` loads the models, `search` runs a chunk."""
-
-    def __init__(self, label: str, threads: int | None, log_level: int):
-        self.label = label
-        self.threads = threads
-        logging.basicConfig(level=log_level, format=f"ets[{label}]: %(levelname)s: %(name)s: %(message)s")
-        self.config: RunConfig | None = None
-        self.problems = 0
-        self._rounds = 0
-        self._active_sum = 0.0
-        self._peak_active = 0
-        self._peak_kv_sum = 0.0
-
-    def where(self) -> dict[str, Any]:
-        """Where this worker runs: its process id (what a test kills), host and GPUs."""
-        import ray
-
-        return {"label": self.label, "pid": os.getpid(), "host": socket.gethostname(),
-                "node_id": ray.get_runtime_context().get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()]}
-
-    def setup(self, config: RunConfig) -> dict[str, Any]:
-        import torch
-
-        from ets.app.run import build_reward_for
-        from ets.policy.build import build_policy
-        from search import build as build_strategy
-
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        try:
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()  # the driver's bar is the one bar
-        except ImportError:
-            pass
-        self.config = config = _local_device(config)
-        self.strategy = build_strategy(config.search)
-        self.policy = build_policy(config.policy, config.search)
-        self.reward = build_reward_for(config, self.policy)
-        self.strategy.warm_up()
-        return self.where()
-
-    def search(self, problems: list[Problem]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The records of these problems (in finish order) and this worker's statistics."""
-        from ets.loop.controller import SearchLoop
-
-        config = self.config
-        result = SearchLoop(problems, self.policy, self.reward, config.search, strategy=self.strategy,
-                            concurrency=config.concurrency, save_trees=config.save_trees).run()
-        s = result.stats
-        self.problems += len(problems)
-        self._rounds += s.rounds
-        self._active_sum += s.mean_active * s.rounds
-        self._peak_active = max(self._peak_active, s.peak_active)
-        self._peak_kv_sum += s.mean_search_peak_kv * len(problems)
-        return result.records, self.stats()
-
-    def stats(self) -> dict[str, Any]:
-        import resource
-
-        import torch
-
-        out: dict[str, Any] = {
-            "problems": self.problems,
-            "run_stats": {"rounds": self._rounds, "active_sum": self._active_sum, "peak_active": self._peak_active,
-                          "search_peak_kv_sum": self._peak_kv_sum},
-            "policy_stats": self.policy.stats(),
-            "policy_memory": self.policy.memory()._asdict(),
-            # the process's peak resident memory (Linux reports KiB)
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        }
-        if hasattr(self.reward, "stats"):
-            out["reward_stats"] = self.reward.stats()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            out["cuda_peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-        return out
-
-
-def _local_device(config: RunConfig) -> RunConfig:
-    """`cuda:N` -> `cuda`: Ray makes the actor's own GPU the only one it sees."""
-    import dataclasses
-
-    device = str(config.policy.device)
-    if device.startswith("cuda:"):
-        return dataclasses.replace(config, policy=dataclasses.replace(config.policy, device="cuda"))
-    return config
 
 
 # --------------------------------------------------------------------------- Ray itself
@@ -295,10 +204,7 @@ class Driver:
                               "same command to resume (Ray's logs, e.g. /tmp/ray/session_latest/logs, say why)")
 
     def _next(self, dispatch: bool) -> None:
-        ray = self.ray
-        from ray.exceptions import RayActorError, RayError, RayTaskError
-
-        ready, _ = ray.wait(list(self.inflight), num_returns=1)
+        ready, _ = self.ray.wait(list(self.inflight), num_returns=1)
         ref = ready[0]
         kind, slot, chunk = self.inflight.pop(ref)
         self._handle(ref, kind, slot, chunk, dispatch)
