@@ -23,15 +23,6 @@ import torch
 from ets.engine.prefix import prefix_levels
 
 
-def engine_available() -> bool:
-    """Whether `ets.engine` can be imported here."""
-    try:
-        from ets.engine import Engine  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class ScoringBackend(Protocol):
     def logits_at(self, sequences: list[list[int]], positions: list[list[int]]) -> list[torch.Tensor]: ...
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ets.config import ConfigError
-from rewards.backends import EngineBackend, ForwardBackend, ScoringBackend, engine_available
+from rewards.backends import EngineBackend, ForwardBackend, ScoringBackend
 from rewards.marker_prm import MarkerPRM
 from rewards.marking import MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id
 from rewards.options import RewardContext, choice
@@ -124,8 +124,4 @@ class StepTagPRM(MarkerPRM):
 
 
 def _wants_engine(options: StepTagOptions, ctx: RewardContext) -> bool:
-    if options.backend == "engine":
-        if not engine_available():
-            raise ConfigError(f"reward {ctx.name!r}: backend=engine but ets.engine cannot be imported; use backend=forward")
-        return True
-    return options.backend == "auto" and ctx.use_engine and engine_available()
+    return options.backend == "engine" or (options.backend == "auto" and ctx.use_engine)

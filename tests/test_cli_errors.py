@@ -50,7 +50,7 @@ def test_a_broken_middle_line_is_corruption(finished, capsys, bad, words):
     finished.write_text("\n".join(lines) + "\n")
     before = finished.read_text()
     msg = one_line_error(capsys, run_cli(f"output={finished}", "data.limit=3"))
-    assert f"r.jsonl:2: " in msg and words in msg and "delete that line" in msg
+    assert "r.jsonl:2: " in msg and words in msg and "delete that line" in msg
     assert finished.read_text() == before
     assert "r.jsonl" in one_line_error(capsys, main(["eval", str(finished)]))
 

@@ -21,7 +21,7 @@ from ets.app.cli import main
 from ets.config import ConfigError, PolicyConfig, SearchConfig
 from ets.data import DataError, Problem
 from ets.engine import Engine
-from ets.loop.controller import SearchLoop, search
+from ets.loop.controller import search
 from ets.models.tiny import build_tiny_model, save_tiny_model
 from ets.policy.base import ExpandRequest, Prompt, PromptTooLong
 from ets.policy.engine import EnginePolicy

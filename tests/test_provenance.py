@@ -7,10 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
 
 from ets.app.cli import main
 from ets.app.provenance import BLOCK, BLOCKS, FULL_HASH_BYTES, _file_digest, fingerprint

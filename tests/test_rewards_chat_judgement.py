@@ -7,7 +7,6 @@ import torch
 
 from ets.config import ConfigError, PolicyConfig, RewardConfig
 from rewards import build_reward
-from rewards.backends import engine_available
 from rewards.chat_judgement import ChatJudgementOptions, ChatJudgementPRM
 from tests import tiny_prms
 
@@ -90,7 +89,6 @@ def test_misconfigurations_fail_when_built(checkpoint):
         build(checkpoint, good="+")
 
 
-@pytest.mark.skipif(not engine_available(), reason="ets.engine not available")
 def test_the_engine_gives_the_forward_scores_and_shares_the_conversation(checkpoint, prm):
     on_engine = build(checkpoint, policy_backend="engine")
     assert type(on_engine.backend).__name__ == "EngineBackend"

@@ -8,7 +8,7 @@ from ets.config import ConfigError, PolicyConfig, RewardConfig
 from ets.models.tiny import STEP_TAG, build_tiny_model
 from rewards import build_reward
 from rewards.marking import MarkerError, token_id
-from rewards.backends import EngineBackend, engine_available
+from rewards.backends import EngineBackend
 from rewards.step_tag import StepTagOptions, StepTagPRM
 
 QUESTIONS = ["Tom has 3 apples and buys 4 more. How many apples does he have?", "What is {x}^2 if x = 3?"]
@@ -104,7 +104,6 @@ def test_build_by_name_with_forward_backend():
     assert len(flat(prm(QUESTIONS, TRAJS))) == 9
 
 
-needs_engine = pytest.mark.skipif(not engine_available(), reason="ets.engine not available")
 
 
 def engine_prm(model, tok, **backend_options):
@@ -114,7 +113,6 @@ def engine_prm(model, tok, **backend_options):
     return StepTagPRM(tok, StepTagOptions(), lambda cols: EngineBackend(engine, cols, **backend_options)), engine
 
 
-@needs_engine
 @pytest.mark.parametrize("memo", [True, False])
 def test_engine_and_plain_forward_agree(llama, memo):
     model, tok = llama
@@ -126,7 +124,6 @@ def test_engine_and_plain_forward_agree(llama, memo):
     assert on_engine.stats()["computed_tokens"] < plain.stats()["computed_tokens"] / 2
 
 
-@needs_engine
 def test_engine_computes_only_the_newest_steps_of_a_round(llama):
     """Round 2 of a search: siblings extend round 1's trajectories by one step each."""
     model, tok = llama
@@ -146,14 +143,12 @@ def test_engine_computes_only_the_newest_steps_of_a_round(llama):
     engine.check()
 
 
-@needs_engine
 def test_build_by_name_uses_the_engine_when_the_policy_does():
     prm = build_reward(RewardConfig(name="step_tag", options={"backend": "auto"}), PolicyConfig(model="tiny:llama", backend="engine"))
     assert type(prm.backend).__name__ == "EngineBackend"
     assert len(flat(prm(QUESTIONS, TRAJS))) == 9
 
 
-@needs_engine
 def test_the_policy_engine_is_shared_only_on_request_and_for_the_same_model():
     from ets.engine import Engine
 

@@ -8,10 +8,8 @@ summary (accuracy, throughput, KV figures) is written next to it as `<name>.summ
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 from ets.config import RunConfig
