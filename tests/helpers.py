@@ -1,6 +1,9 @@
-"""Small builders shared by the tests (trees with chosen scores, no models)."""
+"""Small builders shared by the tests: trees with chosen scores (no models), and the
+`ets run` of the tiny config with its one-line-error check."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -46,3 +49,21 @@ def config(**kw) -> SearchConfig:
 def random_tokens(n: int, seed: int) -> list[int]:
     """n token ids below 256 (byte symbols of the tiny tokenizer), fixed by `seed`."""
     return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+
+
+def run_cli(*argv):
+    """`ets run --quiet --config configs/tiny.yaml ARGV...`: its exit code."""
+    from ets.app.cli import main
+
+    return main(["run", "--quiet", "--config", str(TINY), *argv])
+
+
+def one_line_error(capsys, code):
+    """The one `ets: error: ...` line a failed command printed (exit code 2 asserted)."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and err[0].startswith("ets: error:"), err
+    return err[0]

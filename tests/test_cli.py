@@ -7,16 +7,13 @@ from pathlib import Path
 import pytest
 
 from ets.app.cli import main
+from tests.helpers import run_cli
 from ets.data import question_id
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
 # The tiny data has no id field: each problem's id is a hash of its question.
 IDS = [question_id(json.loads(l)["question"]) for l in (ROOT / "configs" / "data" / "tiny.jsonl").read_text().splitlines()]
-
-
-def run_cli(*argv):
-    return main(["run", "--quiet", "--config", str(TINY), *argv])
 
 
 def lines(path):

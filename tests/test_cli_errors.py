@@ -9,20 +9,10 @@ from pathlib import Path
 import pytest
 
 from ets.app.cli import main
+from tests.helpers import one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
-
-
-def run_cli(*argv):
-    return main(["run", "--quiet", "--config", str(TINY), *argv])
-
-
-def one_line_error(capsys, code):
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2, err
-    assert len(err) == 1 and err[0].startswith("ets: error:"), err
-    return err[0]
 
 
 def tree(folder):

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import pytest
 
-from ets.app.cli import main
 from ets.config import ConfigError, PolicyConfig, SearchConfig
 from ets.data import DataError, Problem
 from ets.engine import Engine
@@ -27,9 +25,8 @@ from ets.policy.base import ExpandRequest, Prompt, PromptTooLong
 from ets.policy.engine import EnginePolicy
 from ets.policy.hf import HFPolicy
 from ets.policy.steps import fit_prompt
+from tests.helpers import one_line_error, run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "configs" / "tiny.yaml"
 CONTEXT = 48
 
 
@@ -145,17 +142,6 @@ def test_max_context_overrides_the_models_positions(short_model):
 
 
 # ---- through `ets run`: one line, exit 2, nothing left behind ----
-
-def run_cli(*argv):
-    return main(["run", "--quiet", "--config", str(TINY), *argv])
-
-
-def one_line_error(capsys, code):
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2, err
-    assert len(err) == 1 and err[0].startswith("ets: error:"), err
-    return err[0]
-
 
 def test_ets_run_refuses_a_prompt_longer_than_max_context(tmp_path, capsys):
     out = tmp_path / "r" / "results.jsonl"
