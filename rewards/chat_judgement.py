@@ -76,9 +76,9 @@ class ChatJudgementPRM(StepTagPRM):
             messages += [{"role": "user", "content": text}, {"role": "assistant", "content": SENTINEL}]
         return join_marked(chat_pieces(self.tokenizer, messages, o.chat_template), self._judgement)
 
-    def encode(self, question, steps):
-        ids, positions = super().encode(question, steps)
-        return ids, [p - 1 for p in positions]          # the row that predicts each judgement
+    def encode_batch(self, items):
+        # The row that predicts each judgement.
+        return [(ids, [p - 1 for p in positions]) for ids, positions in super().encode_batch(items)]
 
     @classmethod
     def from_model(cls, model, tokenizer, options: ChatJudgementOptions | None = None, engine=None, name: str = "chat_judgement"):

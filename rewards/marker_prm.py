@@ -1,8 +1,9 @@
 """The scoring loop shared by the model-based PRMs: one marker token per step.
 
 A subclass says how a (question, steps) pair becomes marked text (`render`); this class
-tokenizes each trajectory once (`encode`, which a subclass may change: where the rows are
-read, how the text is tokenized), sends the whole round to the scoring backend in one
+tokenizes the whole round's texts in one batched tokenizer call (`encode_batch`, built on
+`tokenize`; a subclass may change either: how the text is tokenized, where the rows are
+read; `encode` is one trajectory's), sends the whole round to the scoring backend in one
 call, and turns the rows read at each marker into probabilities (`probabilities`):
 
     score of step s = softmax(row at marker s over `columns`)[positive]
@@ -20,7 +21,7 @@ import torch
 
 from rewards.backends import ScoringBackend
 from rewards.base import ProcessRewardModel, RewardError
-from rewards.marking import MarkedText, MarkerError, tokenize_marked
+from rewards.marking import MarkedText, MarkerError, tokenize_marked_batch
 
 
 class MarkerPRM(ProcessRewardModel):
@@ -39,26 +40,62 @@ class MarkerPRM(ProcessRewardModel):
 
     def encode(self, question: str, steps: Sequence[str]) -> tuple[list[int], list[int]]:
         """(token ids, marker positions) of one trajectory, exactly as it will be scored."""
-        return tokenize_marked(self.tokenizer, self.render(question, list(steps)), self.marker_id, self.add_special_tokens)
+        try:
+            return self.encode_batch([(question, steps)])[0]
+        except MarkerError as exc:
+            exc.index = None
+            raise
+
+    def encode_batch(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[list[int], list[int]]]:
+        """`encode` of each (question, steps), tokenized together (`tokenize`). A
+        `MarkerError` names its item's `index`."""
+        marked = []
+        for i, (question, steps) in enumerate(items):
+            try:
+                marked.append(self.render(question, list(steps)))
+            except MarkerError as exc:
+                exc.index = i
+                raise
+        return self.tokenize(marked)
+
+    def tokenize(self, marked: list[MarkedText]) -> list[tuple[list[int], list[int]]]:
+        """(token ids, marker positions) of each marked text: the whole text tokenized at
+        once, all texts in one batched call."""
+        return tokenize_marked_batch(self.tokenizer, marked, self.marker_id, self.add_special_tokens)
+
+    def _encode_round(self, items: list[tuple[str, Sequence[str]]]) -> list[tuple[list[int], list[int]]]:
+        # A subclass that changed only `encode` (the per-trajectory hook) keeps it.
+        if type(self).encode is not MarkerPRM.encode and type(self).encode_batch is MarkerPRM.encode_batch:
+            out = []
+            for i, (question, steps) in enumerate(items):
+                try:
+                    out.append(self.encode(question, steps))
+                except MarkerError as exc:
+                    exc.index = i
+                    raise
+            return out
+        return self.encode_batch(items)
 
     def score(self, questions, trajectories):
-        sequences, positions, where = [], [], []
+        items, where = [], []
         for q, (question, trajs) in enumerate(zip(questions, trajectories)):
             for t, steps in enumerate(trajs):
-                if not steps:
-                    continue
-                try:
-                    ids, pos = self.encode(question, steps)
-                except MarkerError as exc:
-                    raise RewardError(f"reward {self.name!r}, question {q} trajectory {t}: {exc}") from exc
-                sequences.append(ids)
-                positions.append(pos)
-                where.append((q, t))
+                if steps:
+                    items.append((question, steps))
+                    where.append((q, t))
         scores: list[list[list[float]]] = [[[] for _ in trajs] for trajs in trajectories]
-        if sequences:
-            rows = self.backend.logits_at(sequences, positions)     # each [n_steps, n_columns]
-            for (q, t), r in zip(where, rows):
-                scores[q][t] = self.probabilities(r)
+        if not items:
+            return scores
+        try:
+            encoded = self._encode_round(items)
+        except MarkerError as exc:
+            q, t = where[exc.index] if exc.index is not None else ("?", "?")
+            raise RewardError(f"reward {self.name!r}, question {q} trajectory {t}: {exc}") from exc
+        sequences = [ids for ids, _ in encoded]
+        positions = [pos for _, pos in encoded]
+        rows = self.backend.logits_at(sequences, positions)     # each [n_steps, n_columns]
+        for (q, t), r in zip(where, rows):
+            scores[q][t] = self.probabilities(r)
         return scores
 
     def probabilities(self, rows: torch.Tensor) -> list[float]:

@@ -15,7 +15,8 @@ that holds the marker's last character; it must have the marker's id. Where a to
 merged the marker with its neighbour, the marker's span is searched for the id instead,
 and a marker that is nowhere to be found is an error naming the step. `tokenize_pieces`
 is the other way, for PRMs trained on it: each piece encoded alone, the marker's id put
-between them.
+between them. `tokenize_marked_batch` and `tokenize_pieces_batch` give the same for a
+whole round of texts in one batched tokenizer call (two for pieces).
 
 Chat-framed PRMs render their messages with a `SENTINEL` where a marker (or the steps)
 goes; `chat_pieces` splits the rendered text there, and `join_marked` puts the markers in.
@@ -28,7 +29,10 @@ from typing import NamedTuple, Sequence
 
 
 class MarkerError(ValueError):
-    """A marker could not be found, or does not exist in the tokenizer."""
+    """A marker could not be found, or does not exist in the tokenizer. From a batch call,
+    `index` is the text it happened in (None otherwise)."""
+
+    index: int | None = None
 
 
 class MarkedText(NamedTuple):
@@ -95,11 +99,37 @@ def token_id(tokenizer, token: str | int, role: str) -> int:
 def tokenize_marked(tokenizer, marked: MarkedText, marker_id: int, add_special_tokens: bool) -> tuple[list[int], list[int]]:
     """(token ids of the whole text, index of each marker's token)."""
     enc = tokenizer(marked.text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
-    ids = list(enc["input_ids"])
-    offsets = enc["offset_mapping"]
+    return _locate_markers(list(enc["input_ids"]), enc["offset_mapping"], marked.spans, marker_id)
+
+
+def tokenize_marked_batch(tokenizer, marked: Sequence[MarkedText], marker_id: int,
+                          add_special_tokens: bool) -> list[tuple[list[int], list[int]]]:
+    """`tokenize_marked` of each text, in one batched tokenizer call (a fast tokenizer
+    encodes the batch in Rust; the tokens of a text do not depend on the others in its
+    batch). Identical texts are tokenized once. A `MarkerError` names its text's `index`."""
+    unique: dict[str, int] = {}
+    for m in marked:
+        unique.setdefault(m.text, len(unique))
+    if not unique:
+        return []
+    enc = tokenizer(list(unique), add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    all_ids, all_offsets = enc["input_ids"], enc["offset_mapping"]
+    out = []
+    for i, m in enumerate(marked):
+        u = unique[m.text]
+        try:
+            out.append(_locate_markers(list(all_ids[u]), all_offsets[u], m.spans, marker_id))
+        except MarkerError as exc:
+            exc.index = i
+            raise
+    return out
+
+
+def _locate_markers(ids: list[int], offsets, spans: Sequence[tuple[int, int]], marker_id: int) -> tuple[list[int], list[int]]:
+    """(ids, index of each span's marker token) from one text's ids and character offsets."""
     positions = []
     t = 0
-    for s, (start, end) in enumerate(marked.spans):
+    for s, (start, end) in enumerate(spans):
         # Advance to the token holding the marker's last character (offsets are [a, b)).
         while t < len(ids) and not (offsets[t][0] < end <= offsets[t][1]):
             t += 1
@@ -130,6 +160,43 @@ def tokenize_pieces(tokenizer, marked: MarkedText, marker_id: int, add_special_t
         prev = end
     ids += tokenizer.encode(marked.text[prev:], add_special_tokens=False)
     return ids, positions
+
+
+def tokenize_pieces_batch(tokenizer, marked: Sequence[MarkedText], marker_id: int,
+                          add_special_tokens: bool) -> list[tuple[list[int], list[int]]]:
+    """`tokenize_pieces` of each text, its pieces encoded in two batched tokenizer calls
+    (the first pieces, which get the special tokens, and all the others)."""
+    # Each text's pieces as (index into `first` or `rest`, is first); identical pieces encoded once.
+    first: dict[str, int] = {}
+    rest: dict[str, int] = {}
+    plans = []
+    for m in marked:
+        plan, prev = [], 0
+        for i, (start, end) in enumerate(m.spans):
+            table = first if add_special_tokens and i == 0 else rest
+            plan.append((table is first, table.setdefault(m.text[prev:start], len(table))))
+            prev = end
+        plan.append((False, rest.setdefault(m.text[prev:], len(rest))))
+        plans.append(plan)
+    encoded = {True: _encode_all(tokenizer, first, add_special_tokens), False: _encode_all(tokenizer, rest, False)}
+    out = []
+    for plan in plans:
+        ids: list[int] = []
+        positions = []
+        for is_first, u in plan[:-1]:
+            ids += encoded[is_first][u]
+            positions.append(len(ids))
+            ids.append(marker_id)
+        ids += encoded[plan[-1][0]][plan[-1][1]]
+        out.append((ids, positions))
+    return out
+
+
+def _encode_all(tokenizer, texts: dict[str, int], add_special_tokens: bool) -> list[list[int]]:
+    """The token ids of each of `texts` (in their insertion order), in one call."""
+    if not texts:
+        return []
+    return tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
 
 
 def _search_span(ids, offsets, start, end, marker_id, step) -> int:

@@ -70,6 +70,7 @@ class TokenClassificationPRM(MarkerPRM):
             raise ConfigError(f"reward {name!r}: positive_label {options.positive_label} but the head has {num_labels} labels")
         self.options = options
         self._use_chat = options.chat_template and bool(getattr(tokenizer, "chat_template", None))
+        self._frames: dict[str, tuple[str, str]] = {}
         backend = ForwardBackend.for_tokenizer(model, tokenizer, list(range(num_labels)), options.padding_side, options.max_batch_tokens)
         # A rendered chat template already holds its special tokens (BOS etc.).
         super().__init__(name, tokenizer, backend, sep_id, options.positive_label, add_special_tokens=not self._use_chat)
@@ -81,7 +82,16 @@ class TokenClassificationPRM(MarkerPRM):
         return mark_steps(head, steps, o.separator, o.step_separator, tail)
 
     def _frame(self, question: str) -> tuple[str, str]:
-        """Text before and after the steps."""
+        """Text before and after the steps (rendered once per question: every candidate
+        of a round shares its question's frame)."""
+        frames = self._frames
+        if question not in frames:
+            if len(frames) >= 1024:
+                frames.clear()
+            frames[question] = self._render_frame(question)
+        return frames[question]
+
+    def _render_frame(self, question: str) -> tuple[str, str]:
         if not self._use_chat:
             head, tail = split_template(self.options.template, "template")
             return head.replace("{question}", question), tail.replace("{question}", question)

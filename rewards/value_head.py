@@ -34,7 +34,8 @@ from rewards.backends import ForwardBackend
 from rewards.base import RewardError
 from rewards.heads import LinearHead, Loaded, check_outputs, describe, load_pretrained, read_tensors
 from rewards.marker_prm import MarkerPRM
-from rewards.marking import MarkedText, MarkerError, clean_step, mark_steps, split_template, tokenize_marked, tokenize_pieces, token_id
+from rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id,
+                             tokenize_marked_batch, tokenize_pieces_batch)
 from rewards.options import RewardContext, choice
 
 HEADS = ("auto", "token_classification", "weights", "lm_logit", "lm_mean")
@@ -87,9 +88,9 @@ class ValueHeadPRM(MarkerPRM):
         return mark_steps(self._head.replace("{question}", question), steps, o.marker, o.step_separator,
                           self._tail.replace("{question}", question))
 
-    def encode(self, question, steps):
-        tokenize = tokenize_pieces if self.options.tokenize == "pieces" else tokenize_marked
-        return tokenize(self.tokenizer, self.render(question, list(steps)), self.marker_id, self.add_special_tokens)
+    def tokenize(self, marked):
+        tokenize = tokenize_pieces_batch if self.options.tokenize == "pieces" else tokenize_marked_batch
+        return tokenize(self.tokenizer, marked, self.marker_id, self.add_special_tokens)
 
     def probabilities(self, rows: torch.Tensor) -> list[float]:
         return torch.sigmoid(rows.float().mean(dim=-1)).tolist()
