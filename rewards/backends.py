@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
 from array import array
+from bisect import bisect_left
 from collections import OrderedDict
+from itertools import chain
 from typing import Any, Protocol, Sequence
 
 import torch
 
 from ets.engine.prefix import prefix_levels
+
+_AFTER_ANY_TOKEN = sys.maxsize    # sorts after every token id
 
 
 class ScoringBackend(Protocol):
@@ -89,32 +94,47 @@ class ForwardBackend:
 
     @torch.inference_mode()
     def _forward(self, seqs: list[list[int]], poss: list[list[int]]) -> list[torch.Tensor]:
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        shift = []  # padded index = real index + shift
-        for b, s in enumerate(seqs):
-            off = width - len(s) if self.padding_side == "left" else 0
-            ids[b, off:off + len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[b, off:off + len(s)] = 1
-            shift.append(off)
+        n = len(seqs)
+        lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+        width = int(lengths.max())
+        # Where each sequence starts in its padded row (padded index = real index + shift).
+        shift = width - lengths if self.padding_side == "left" else torch.zeros(n, dtype=torch.long)
+        # Every real token's (row, column), in one scatter instead of one copy per row.
+        rows, cols = _flat_index(lengths, shift)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        ids[rows, cols] = torch.tensor(list(chain.from_iterable(seqs)), dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        mask[rows, cols] = 1
         pos_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-        # [B, K]: padded indices of every position asked for, per row.
-        wanted = [torch.tensor(p, dtype=torch.long) + off for p, off in zip(poss, shift)]
+        # Every position asked for, flattened: its row and its padded index.
+        counts = [len(p) for p in poss]
+        want_rows = torch.repeat_interleave(torch.arange(n), torch.tensor(counts, dtype=torch.long))
+        want_cols = torch.tensor(list(chain.from_iterable(poss)), dtype=torch.long) + shift[want_rows]
         kwargs: dict[str, Any] = {}
         if self._keep_arg:
-            keep = torch.unique(torch.cat(wanted)) if wanted else torch.zeros(0, dtype=torch.long)
+            keep = torch.unique(want_cols)
             kwargs["logits_to_keep"] = keep.to(self.device)
-            wanted = [torch.searchsorted(keep, w) for w in wanted]
+            want_cols = torch.searchsorted(keep, want_cols)
         dev = self.device
         out = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos_ids.to(dev), use_cache=False, **kwargs)
-        logits = out.logits if hasattr(out, "logits") else out[0]     # [B, T or K, C]
-        logits = logits.index_select(-1, self.columns.to(logits.device)).float().cpu()
-        real = sum(len(s) for s in seqs)
+        logits = out.logits if hasattr(out, "logits") else out[0]     # [B, T or K, V]
+        # One gather of the rows asked for, then the columns read: [N, C].
+        picked = logits[want_rows.to(logits.device), want_cols.to(logits.device)]
+        picked = picked.index_select(-1, self.columns.to(logits.device)).float().cpu()
+        real = int(lengths.sum())
         self._stats["computed_tokens"] += real
         self._stats["padded_tokens"] += ids.numel() - real
         self._stats["forward_calls"] += 1
-        return [logits[b, w] for b, w in enumerate(wanted)]
+        return list(picked.split(counts))
+
+
+def _flat_index(lengths: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, column) of every element of rows of `lengths` elements starting at `shift`,
+    row by row: lengths [2, 3], shift [1, 0] -> rows [0 0 1 1 1], columns [1 2 0 1 2]."""
+    rows = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    starts = torch.cumsum(lengths, 0) - lengths          # each row's first flat index
+    cols = torch.arange(int(lengths.sum())) - starts[rows] + shift[rows]
+    return rows, cols
 
 
 class EngineBackend:
@@ -162,11 +182,15 @@ class EngineBackend:
             return sorted(p for p, k in keys[i].items() if k not in rows and (below is None or p < below))
 
         # Tokens after the last wanted position cannot change its row: leave them out.
-        todo = {i: sequences[i][: m[-1] + 1] for i in range(len(sequences)) if (m := missing(i))}
+        todo = {i: list(sequences[i][: m[-1] + 1]) for i in range(len(sequences)) if (m := missing(i))}
+        # Sorted, the sequences that start with a prefix are found by two bisections
+        # (`_starting_with`), not by comparing the prefix with every sequence.
+        order = sorted(todo, key=todo.__getitem__)
+        ordered = [todo[i] for i in order]
         for level in prefix_levels(list(todo.values()), self.min_shared_tokens):
             wanted = []
             for prefix in level:
-                sharing = [i for i, s in todo.items() if s[: len(prefix)] == prefix]
+                sharing = (order[j] for j in _starting_with(ordered, prefix))
                 # The rows inside a shared prefix are the same for all who share it.
                 wanted.append(sorted({p for i in sharing for p in missing(i, len(prefix))}) or [len(prefix) - 1])
             self._score(level, wanted, rows)
@@ -175,7 +199,12 @@ class EngineBackend:
             self._score(list(todo.values()), [missing(i) for i in todo], rows)
         for k, row in rows.items():
             self._remember(k, row)
-        return [torch.stack([rows[ks[p]] for p in pos]) for ks, pos in zip(keys, positions)]
+        counts = [len(p) for p in positions]
+        if not sum(counts):
+            return [torch.zeros((0, len(self.columns))) for _ in positions]
+        # One stack of every row asked for, split per sequence.
+        flat = torch.stack([rows[ks[p]] for ks, pos in zip(keys, positions) for p in pos])
+        return list(flat.split(counts))
 
     def _score(self, sequences, positions, rows: dict[bytes, torch.Tensor]) -> None:
         """Run the engine; put each row into `rows` under its prefix digest."""
@@ -186,9 +215,11 @@ class EngineBackend:
         for key in before:
             self._stats[key] += after[key] - before[key]
         self._stats["forward_calls"] += 1
-        for seq, pos, r in zip(sequences, positions, out):
-            r = r.index_select(-1, self.columns.to(r.device)).float().cpu()
-            rows.update(zip(_prefix_digests(seq, pos), r))
+        # The columns read, for every row of the call at once: [N, C].
+        flat = torch.cat(out)
+        flat = flat.index_select(-1, self.columns.to(flat.device)).float().cpu()
+        digests = [d for seq, pos in zip(sequences, positions) for d in _prefix_digests(seq, pos)]
+        rows.update(zip(digests, flat.unbind(0)))
 
     def _engine_counts(self) -> dict[str, int]:
         s = self.engine.stats()
@@ -199,6 +230,13 @@ class EngineBackend:
         self._rows.move_to_end(key)
         while len(self._rows) > self.max_cached_rows:
             self._rows.popitem(last=False)
+
+
+def _starting_with(ordered: list[list[int]], prefix: list[int]) -> range:
+    """The indices of the sequences in `ordered` (sorted) that start with `prefix`: in
+    lexicographic order they are one run, from `prefix` itself to `prefix + [after any token]`."""
+    lo = bisect_left(ordered, prefix)
+    return range(lo, bisect_left(ordered, prefix + [_AFTER_ANY_TOKEN], lo))
 
 
 def _prefix_digests(tokens: list[int], positions: list[int]) -> list[bytes]:
