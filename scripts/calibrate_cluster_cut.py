@@ -5,7 +5,7 @@
 ETS rewards covering *semantically different* steps (ALGORITHMS.md, "ETS"). The paper cuts
 at cosine distance 0.05 with its own embedder on long steps; on short demo steps MiniLM
 puts two wordings of the same computation further apart than that. For the first step of
-each problem (every item's cost is a valid first step) this embeds several wordings of
+each problem (every part of every item is a valid first step) this embeds several wordings of
 each alternative and prints the distances between two wordings of the *same* quantity and
 between *different* quantities, with the share of each below candidate cuts. A good cut
 merges the first and never the second; demo.yaml uses the result.
@@ -39,7 +39,7 @@ def main(argv=None) -> None:
     rng = random.Random(0)
     same, different = [], []
     for p in generate_split("validation", args.problems, seed=1):
-        steps = [(move, step_text(p, move, rng)) for move in next_moves(p, frozenset(), (), False)
+        steps = [(move, step_text(p, move, rng)) for move in next_moves(p)
                  for _ in range(args.wordings)]
         unit = model.encode([t for _, t in steps], normalize_embeddings=True)
         for i, j in itertools.combinations(range(len(steps)), 2):

@@ -16,7 +16,7 @@ def test_spoil_always_changes_the_step_and_the_checker_rejects_it():
     for p in generate_split("train", 150, 3):
         steps = reference_solution(p, rng)
         for i, step in enumerate(steps):
-            bad = spoil(p, step, rng)
+            bad = spoil(p, step, rng, steps[:i])
             assert bad != step and not bad.split()[-1].startswith("0")
             assert check_steps(p, steps[:i] + [bad])[i] is False, (step, bad)
 
@@ -26,7 +26,7 @@ def test_carry_forward_builds_every_later_step_on_the_mistake():
     for p in generate_split("train", 150, 5):
         steps = reference_solution(p, rng)
         i = rng.randrange(len(steps) - 1)                   # not the answer step
-        bad = spoil(p, steps[i], rng)
+        bad = spoil(p, steps[i], rng, steps[:i])
         out = carry_forward(steps, i, bad)
         assert out[:i] == steps[:i] and out[i] == bad and len(out) == len(steps)
         # Later steps are right arithmetic (a policy that believed the slip), ...
@@ -36,7 +36,7 @@ def test_carry_forward_builds_every_later_step_on_the_mistake():
                 assert OPS[eq.op](eq.a, eq.b) == eq.c, st
         # ... and the answer follows the spoiled value wherever the slip reaches it (a
         # share can floor a wrong total back to the right answer).
-        if parse_equation(bad).c != parse_equation(steps[i]).c and p.kind != "share":
+        if parse_equation(bad).c != parse_equation(steps[i]).c and p.kind not in ("share", "coupon_share"):
             assert parse_answer(out[-1]) != p.answer
             assert check_steps(p, out)[-1] is False
         # A rewritten step keeps its label; only its numbers change.

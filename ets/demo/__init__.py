@@ -18,8 +18,8 @@ live in demo.yaml (a test checks that the two agree).
 
 from pathlib import Path
 
-from ets.demo.checker import check_steps, is_correct_solution, parse_answer
-from ets.demo.solutions import ANSWER_PREFIX, all_orders, reference_solution, render_solution
+from ets.demo.checker import check_steps, is_correct_solution, judge_steps, parse_answer
+from ets.demo.solutions import ANSWER_PREFIX, iter_orders, reference_solution, render_solution
 from ets.demo.splits import TEST_PATH, generate_split, load_test_problems, split_of
 from ets.demo.task import DemoParseError, Item, Problem, generate_problem, parse_question
 
@@ -35,7 +35,7 @@ GOOD_TOKEN, BAD_TOKEN = "+", "-"
 __all__ = [
     "ANSWER_PREFIX", "BAD_TOKEN", "CHECKPOINTS", "DemoParseError", "GOOD_TOKEN", "Item",
     "POLICY_PATH", "PRM_PATH", "PROMPT_TEMPLATE",
-    "Problem", "STEP_DELIMITER", "STEP_TAG", "TEST_PATH", "all_orders", "check_steps",
-    "generate_problem", "generate_split", "is_correct_solution", "load_test_problems",
+    "Problem", "STEP_DELIMITER", "STEP_TAG", "TEST_PATH", "check_steps", "iter_orders",
+    "generate_problem", "generate_split", "is_correct_solution", "judge_steps", "load_test_problems",
     "parse_answer", "parse_question", "reference_solution", "render_solution", "split_of",
 ]

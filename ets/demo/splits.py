@@ -7,7 +7,8 @@ in wording always fall in the same split, and no test problem can be met in trai
     bucket = sha256(canonical) mod 20:   0-15 train (80%),  16-17 validation,  18-19 test
 
 The fixed test set (`TEST_SIZE` problems from `TEST_SEED`) ships as ets/demo/data/test.jsonl
-in the GSM8K layout: `question`, and `answer` = a reference solution then `#### N`.
+in the GSM8K layout: `question`, and `answer` = a reference solution then `#### N`
+(`python scripts/make_demo_test_set.py` rewrites it from the seed).
 """
 
 from __future__ import annotations
@@ -64,3 +65,9 @@ def load_test_problems(path: Path = TEST_PATH) -> list[Problem]:
 
     with open(path) as f:
         return [parse_question(json.loads(line)["question"]) for line in f if line.strip()]
+
+
+
+def write_test_file(path: Path = TEST_PATH) -> None:
+    """Rewrite the shipped test file from the seed (scripts/make_demo_test_set.py)."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in shipped_records()))

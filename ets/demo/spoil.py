@@ -13,6 +13,8 @@ kind of spoil, so a spoil that happens to be right is labelled right.
 from __future__ import annotations
 
 import random
+from itertools import combinations
+from typing import Sequence
 
 from ets.demo.checker import check_steps, parse_answer, parse_equation
 from ets.demo.solutions import ANSWER_PREFIX, reference_solution
@@ -34,19 +36,6 @@ def _nudge(number: str, rng: random.Random) -> str:
             return out
 
 
-def _misbind(p, eq, rng: random.Random) -> tuple[int, int] | None:
-    """Operands of a product whose count or price (not both) is taken from another item,
-    and which is no item's product; None if the problem has no such pair."""
-    count_first = eq.a < eq.b                     # counts are single digits, prices are not
-    count, price = (eq.a, eq.b) if count_first else (eq.b, eq.a)
-    items = {(it.count, it.price) for it in p.items}
-    pairs = sorted(({(it.count, price) for it in p.items} | {(count, it.price) for it in p.items}) - items)
-    if not pairs:
-        return None
-    count, price = rng.choice(pairs)
-    return (count, price) if count_first else (price, count)
-
-
 def _apply(op: str, a: int, b: int) -> int:
     return a * b if op == "*" else a + b if op == "+" else a - b if op == "-" else a // b
 
@@ -55,46 +44,81 @@ def _equation_text(label: str, a: int, op: str, b: int, c: int) -> str:
     return " ".join(filter(None, (label, f"{a} {op} {b} = {c}")))
 
 
-def _spoil_product(p, eq, rng: random.Random) -> str | None:
-    """A wrong product step, of the kinds the demo policy writes (it restates the item,
-    then multiplies): its count or price taken from another item, either
-    - in the operands only (the product of the operands), or
-    - in the restatement and the operands alike (an item the question does not have), or
-    - in the operands only, with the result of the right item (an operand slip);
-    None if the problem has no such pair."""
-    ab = _misbind(p, eq, rng)
-    if ab is None:
+def _item_of(p: Problem, a: int, b: int):
+    """(item, is `a` its count) of a product step, or None if it is no item's product."""
+    for it in p.items:
+        values = {sum(c) for r in range(1, 4) for c in combinations(it.parts, r)}
+        if a == it.count and b in values:
+            return it, True
+        if b == it.count and a in values:
+            return it, False
+    return None
+
+
+def _misread_part(part: int, rng: random.Random) -> tuple[int, int | None, int | None]:
+    """`part` misread: one nonzero digit off by one (7 * 40 -> 7 * 50), or moved a place
+    (7 * 40 -> 7 * 400 or 7 * 4). Returns (new part, place of the changed digit, its new
+    value), the last two None for a moved place."""
+    if rng.random() < 0.35:
+        return (part * 10 if part < 100 or part % 10 else part // 10), None, None
+    digits = str(part)
+    k = rng.choice([k for k, d in enumerate(digits) if d != "0"])
+    d = int(digits[k]) + rng.choice((-1, 1))
+    d = 2 if d == 0 else 8 if d == 10 else d
+    return int(digits[:k] + str(d) + digits[k + 1:]), 3 - len(digits) + k, d
+
+
+def _spoil_product(p: Problem, eq, rng: random.Random) -> str | None:
+    """A wrong product step of the kinds the demo policy writes: another item's count, a
+    digit or a place of the price misread; the restatement of the item misread alike
+    (an item the question does not have) or not; the product of what it multiplies, or the
+    right item's product kept (an operand slip). None if `eq` is no item's product."""
+    found = _item_of(p, eq.a, eq.b)
+    if found is None:
         return None
-    a, b = ab
-    r = rng.random()
-    if r < 1 / 3:
-        return _equation_text(eq.label, a, "*", b, a * b)
-    if r < 2 / 3:
-        count, price = sorted((eq.a, eq.b))
-        new_count, new_price = sorted((a, b))
-        said = next((f"{count} {it.noun} at {price} dollars" for it in p.items
-                     if (it.count, it.price) == (count, price)), None)
-        if said is None or said not in eq.label:
-            return None
-        phantom = said.replace(f"{count} ", f"{new_count} ", 1).replace(f"at {price} ", f"at {new_price} ")
-        return _equation_text(eq.label.replace(said, phantom), a, "*", b, a * b)
-    return _equation_text(eq.label, a, "*", b, eq.c)
+    it, count_first = found
+    count, part = (eq.a, eq.b) if count_first else (eq.b, eq.a)
+    others = [o.count for o in p.items if o.count != count]
+    place = digit = None
+    if others and rng.random() < 0.3:
+        count = rng.choice(others)
+    else:
+        part, place, digit = _misread_part(part, rng)
+    said = f"{it.count} {it.noun} at {it.price} dollars"
+    label = eq.label
+    if said in label and rng.random() < 0.4 and (count != it.count or place is not None):
+        price = list(str(it.price))                  # the restatement misread the same way
+        if place is not None:
+            price[place] = str(digit)
+        label = label.replace(said, f"{count} {it.noun} at {''.join(price)} dollars")
+    a, b = (count, part) if count_first else (part, count)
+    return _equation_text(label, a, "*", b, a * b if rng.random() < 0.75 else eq.c)
 
 
-def spoil(p, step: str, rng: random.Random) -> str:
-    """One wrong version of a reference step, of the kinds the policy makes: a product
-    step gone wrong in what it multiplies (`_spoil_product`), a sum or difference of a
-    value never computed (an operand a digit off, right arithmetic), or a result a digit
-    off (an arithmetic slip, on any step)."""
+def spoil(p: Problem, step: str, rng: random.Random, before: Sequence[str] = ()) -> str:
+    """One wrong version of a reference step that follows the steps `before`, of the kinds
+    the policy makes: a product of the wrong numbers (`_spoil_product`), a sum or a last
+    operation on a value never computed (an operand a digit off, right arithmetic), or a
+    result a digit off (a slip in a product, a carry or a borrow; on the answer step, a
+    wrong answer). Drawn again until the checker rejects it after `before`."""
     eq = parse_equation(step)
-    r = rng.random()
-    if eq is not None and eq.op == "*" and r < 0.75 and (bad := _spoil_product(p, eq, rng)) is not None:
-        return bad
-    if eq is not None and eq.op in "+-" and r < 0.4:
-        a, b = (int(_nudge(str(eq.a), rng)), eq.b) if rng.random() < 0.5 else (eq.a, int(_nudge(str(eq.b), rng)))
-        return _equation_text(eq.label, a, eq.op, b, _apply(eq.op, a, b))
-    head, sep, c = step.rpartition(" ")
-    return head + sep + _nudge(c, rng)
+    while True:
+        r = rng.random()
+        bad = None
+        if eq is not None and eq.op == "*" and r < 0.6:
+            bad = _spoil_product(p, eq, rng)
+        elif eq is not None and eq.op in "+-/" and r < 0.35:
+            if rng.random() < 0.5:
+                a, b = int(_nudge(str(eq.a), rng)), eq.b
+            else:
+                a, b = eq.a, int(_nudge(str(eq.b), rng))
+            if eq.op != "/" or a % b == 0:
+                bad = _equation_text(eq.label, a, eq.op, b, _apply(eq.op, a, b))
+        if bad is None:
+            head, sep, c = step.rpartition(" ")
+            bad = head + sep + _nudge(c, rng)
+        if not check_steps(p, [*before, bad])[-1]:
+            return bad
 
 
 def carry_forward(steps: list[str], i: int, bad: str) -> list[str]:
@@ -129,7 +153,7 @@ def spoiled_twins(problems: list[Problem], rng: random.Random) -> list[tuple[str
     for p in problems:
         steps = reference_solution(p, rng)
         i = rng.randrange(len(steps))
-        spoiled = carry_forward(steps, i, spoil(p, steps[i], rng))
+        spoiled = carry_forward(steps, i, spoil(p, steps[i], rng, steps[:i]))
         out.append((p.question, steps, check_steps(p, steps)))
         out.append((p.question, spoiled, check_steps(p, spoiled)))
     return out
