@@ -3,31 +3,39 @@
     python scripts/demo_quality.py                 # all 200 test problems, 16 samples each
     python scripts/demo_quality.py --problems 50   # quicker
 
-Samples `--samples` solutions per problem from the policy at temperature 1.0 (plain HF
-generate), labels every step with the exact checker, scores every step with the PRM, and
-prints:
+Samples `--samples` solutions per problem from the policy at temperature 1.0 (on the KV
+engine, each sample its own seeded stream: ets/app/samples.py), labels every step with
+the exact checker, scores every step with the PRM, and prints:
   - single-sample accuracy: the mean over all samples (and over the first sample only);
-  - PRM step-level ROC AUC against the checker's labels (test problems: held out);
+  - PRM step-level ROC AUC against the checker's labels (test problems: held out), overall
+    and within every error category the checker names (ok steps against that category's);
   - weighted best-of-N: answers weighted by the PRM's last-step score; beside it majority
     vote, the same vote with the exact verifier as PRM, and pass@N (any sample right).
-Bars (issue 6): 20% <= single <= 60%; AUC >= 0.90; weighted best-of-16 >= single + 20 points.
+  - the task's shape: steps per reference solution, and the prompt's share of its tokens.
+Bars (issue 18): 15% <= single <= 45%; AUC >= 0.93 overall and >= 0.85 in every category
+(categories with fewer than 20 steps are shown, not judged); weighted best-of-16 >= single
++ 15 points.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ets.demo import POLICY_PATH, PRM_PATH, check_steps, load_test_problems, parse_answer  # noqa: E402
+from ets.demo import (POLICY_PATH, PRM_PATH, PROMPT_TEMPLATE, judge_steps, load_test_problems,  # noqa: E402
+                      parse_answer, reference_solution)
+from ets.demo.checker import ERRORS  # noqa: E402
 from ets.app.demo import prm_scores  # noqa: E402
-from ets.demo.hf import sample_solutions  # noqa: E402
+from ets.app.samples import sample_solutions  # noqa: E402
 from ets.answers.aggregate import choose_answer  # noqa: E402
 from ets.demo.metrics import roc_auc  # noqa: E402
 
@@ -57,7 +65,8 @@ def main(argv=None):
     samples = sample_solutions(policy, policy_tok, questions, n=args.samples, temperature=1.0, seed=args.seed)
     t_sample = time.time() - t0
     scores = prm_scores(prm, prm_tok, questions, samples)
-    labels = [[check_steps(p, s) for s in trajs] for p, trajs in zip(problems, samples)]
+    verdicts = [[judge_steps(p, s) for s in trajs] for p, trajs in zip(problems, samples)]
+    labels = [[[v == "ok" for v in per_t] for per_t in per_p] for per_p in verdicts]
 
     n = args.samples
     right = [[bool(s) and parse_answer(s[-1]) == p.answer for s in trajs] for p, trajs in zip(problems, samples)]
@@ -65,6 +74,13 @@ def main(argv=None):
     first = sum(r[0] for r in right) / len(problems)
     auc = roc_auc([ok for per_p in labels for per_t in per_p for ok in per_t],
                   [x for per_p in scores for per_t in per_p for x in per_t])
+    flat = [(v, x) for vs, sc in zip(verdicts, scores) for per_v, per_s in zip(vs, sc) for v, x in zip(per_v, per_s)]
+    ok_scores = [x for v, x in flat if v == "ok"]
+    by_category = {}
+    for cat in ERRORS:
+        bad_scores = [x for v, x in flat if v == cat]
+        by_category[cat] = (len(bad_scores), roc_auc([True] * len(ok_scores) + [False] * len(bad_scores),
+                                                     ok_scores + bad_scores) if bad_scores else float("nan"))
     n_steps = sum(len(per_t) for per_p in labels for per_t in per_p)
     bad = sum(not ok for per_p in labels for per_t in per_p for ok in per_t) / max(1, n_steps)
 
@@ -88,24 +104,45 @@ def main(argv=None):
         f"majority_of_{n}": vote_acc(lambda sc, lab: [1.0] * len(sc)),
         f"verifier_weighted_best_of_{n}": vote_acc(lambda sc, lab: [float(l[-1]) if l else 0.0 for l in lab]),
         f"pass_at_{n}": sum(any(r) for r in right) / len(problems),
+        **shape(problems, policy_tok),
         "sampling_seconds": round(t_sample, 1),
         "total_seconds": round(time.time() - t0, 1),
     }
     gain = figures[f"weighted_best_of_{n}"] - single
+    judged = {cat: a for cat, (k, a) in by_category.items() if k >= 20}
     bars = {
-        "single-sample accuracy in [20%, 60%]": 0.20 <= single <= 0.60,
-        "PRM step AUC >= 0.90": auc >= 0.90,
-        f"weighted best-of-{n} >= single + 20 points": gain >= 0.20,
+        "single-sample accuracy in [15%, 45%]": 0.15 <= single <= 0.45,
+        "PRM step AUC >= 0.93": auc >= 0.93,
+        f"PRM step AUC >= 0.85 in every category ({', '.join(judged)})": all(a >= 0.85 for a in judged.values()),
+        f"weighted best-of-{n} >= single + 15 points": gain >= 0.15,
     }
     print(f"demo quality on {len(problems)} test problems x {n} samples (T=1.0, seed {args.seed})")
     for k, v in figures.items():
         print(f"  {k:32s} {v:.3f}" if isinstance(v, float) else f"  {k:32s} {v}")
     print(f"  {'weighted gain over single':32s} {gain * 100:+.1f} points")
+    print("  PRM step AUC by error category (ok steps against the category's):")
+    for cat, (k, a) in by_category.items():
+        print(f"    {cat:12s} {k:6d} steps  AUC {a:.3f}")
     for k, ok in bars.items():
         print(f"  [{'PASS' if ok else 'FAIL'}] {k}")
     if args.json:
-        args.json.write_text(json.dumps({**figures, "bars": bars}, indent=2) + "\n")
+        args.json.write_text(json.dumps({**figures, "auc_by_category": by_category, "bars": bars}, indent=2) + "\n")
     return 0 if all(bars.values()) else 1
+
+
+def shape(problems, tok) -> dict:
+    """Steps per reference solution, and the prompt's tokens over the solution's."""
+    rng = random.Random(0)
+    steps, shares = [], []
+    for p in problems:
+        sol = reference_solution(p, rng)
+        prompt = len(tok.encode(PROMPT_TEMPLATE.replace("{question}", p.question)))
+        steps.append(len(sol))
+        shares.append(prompt / len(tok.encode("\n".join(sol) + "\n")))
+    steps, shares = np.asarray(steps), np.asarray(shares)
+    return {"steps_median": float(np.median(steps)), "steps_min": int(steps.min()), "steps_max": int(steps.max()),
+            "prompt_over_solution_median": float(np.median(shares)),
+            "prompt_over_solution_p90": float(np.percentile(shares, 90))}
 
 
 if __name__ == "__main__":

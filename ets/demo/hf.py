@@ -41,7 +41,7 @@ def split_steps(text: str) -> list[str]:
 
 @torch.no_grad()
 def sample_solutions(model, tok, questions: Sequence[str], n: int = 1, temperature: float = 1.0,
-                     max_new_tokens: int = 192, batch_size: int = 256, seed: int = 0) -> list[list[list[str]]]:
+                     max_new_tokens: int = 640, batch_size: int = 256, seed: int = 0) -> list[list[list[str]]]:
     """out[q][i] = the steps of the i-th sampled solution to question q (greedy if temperature 0)."""
     prompts = [PROMPT_TEMPLATE.replace("{question}", q) for q in questions for _ in range(n)]
     tok.padding_side = "left"
