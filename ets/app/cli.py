@@ -1,11 +1,12 @@
 """The `ets` command.
 
-    ets demo [--width 16 --problems 50 --out DIR]  every method on the embedded default
+    ets demo [--width 16 --problems 50 --out DIR] [--seeds 0,1,2]
+                                                    every method on the embedded default
     ets run --config FILE [key=value ...]           search a dataset, one JSON line per problem
     ets run --config FILE --check [key=value ...]   validate; print the resolved settings, run nothing
     ets eval FILE --agg last --vote weighted        accuracy of a results file
-    ets sweep --config FILE --methods a,b --widths 16,64 [key=value ...]
-                                                    methods x widths -> table + plots
+    ets sweep --config FILE --methods a,b --widths 16,64 [--seeds 0,1,2] [key=value ...]
+                                                    methods x widths (x seeds) -> table + plots
     ets presets                                     the model presets (policy_model_type, reward_model_type)
     ets --version
 
@@ -107,15 +108,17 @@ def _eval(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import time
 
-    from ets.app.demo import run_demo
+    from ets.app.demo import demo_title, run_demo
     from ets.app.report import markdown_table
-    from ets.app.sweep import parse_methods
+    from ets.app.sweep import parse_methods, parse_seeds
 
     methods = _distinct(parse_methods(args.methods), "--methods")
+    seeds = _distinct(parse_seeds(args.seeds), "--seeds") if args.seeds is not None else None
     start = time.perf_counter()
     rows = run_demo(args.width, args.problems, args.out, methods, args.backend, show_progress=not args.quiet,
-                    overwrite=args.overwrite, workers=args.workers, ray_address=args.ray_address)
+                    overwrite=args.overwrite, workers=args.workers, ray_address=args.ray_address, seeds=seeds)
     print()
+    print(demo_title(rows, args.width, seeds))
     print(markdown_table(rows))
     print(f"\nresults, table.md/.csv and methods.png in {args.out}/ ({time.perf_counter() - start:.0f}s)")
     return 0
@@ -128,17 +131,18 @@ def _sweep(args: argparse.Namespace) -> int:
     from ets.data import load_problems
     from ets.app.output import check_outputs
     from ets.app.report import markdown_table
-    from ets.app.sweep import pair_config, parse_methods, parse_widths, relative_to_rebase, run_sweep
+    from ets.app.sweep import parse_methods, parse_seeds, parse_widths, relative_to_rebase, run_sweep, sweep_configs
 
     config = load_config(args.config, list(args.overrides))
     # Everything is validated before any work starts.
     methods = _distinct(parse_methods(args.methods or config.search.method), "--methods")
     widths = _distinct(parse_widths(args.widths or str(config.search.width)), "--widths")
+    seeds = _distinct(parse_seeds(args.seeds), "--seeds") if args.seeds is not None else None
     out = Path(args.out or Path(config.output).parent / "sweep")
-    check_outputs([pair_config(config, m, w, out) for w in widths for m in methods], load_problems(config.data),
+    check_outputs(sweep_configs(config, methods, widths, out, seeds), load_problems(config.data),
                   overwrite=args.overwrite, way_out="pass another --out folder, or --overwrite to start it afresh")
     rows = run_sweep(config, methods, widths, out, show_progress=not args.quiet, workers=args.workers,
-                     ray_address=args.ray_address)
+                     ray_address=args.ray_address, seeds=seeds)
     print()
     print(markdown_table(rows))
     for line in relative_to_rebase(rows):
@@ -158,7 +162,7 @@ def _positive(text: str) -> int:
 
 
 def _distinct(values: Sequence, flag: str) -> list:
-    """Each method (or width) once: a repeated one would run twice into one output."""
+    """Each method (width, seed) once: a repeated one would run twice into one output."""
     seen = set()
     for v in values:
         if v in seen:
@@ -201,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output folder (default ./ets-demo); rerun with the same options to resume")
     p.add_argument("--methods", default="best_of_n,beam,dvts,rebase,ets", help="comma-separated methods")
     p.add_argument("--backend", default="engine", choices=("engine", "hf"), help="policy backend (default engine)")
+    p.add_argument("--seeds", metavar="S,S,...",
+                   help="comma-separated search seeds, e.g. 0,1,2: every method runs once per seed (files "
+                        "<method>_w<width>_s<seed>.jsonl) and the table shows mean ± sd over them; default: the demo config's "
+                        "seed alone (files <method>_w<width>.jsonl)")
     p.set_defaults(func=_demo)
 
     p = sub.add_parser("run", parents=[common, overwrite, distributed], help="search every problem of a dataset; resumable JSONL output")
@@ -217,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="YAML config (dataset, models, search settings)")
     p.add_argument("--methods", help="comma-separated, e.g. best_of_n,beam,dvts,rebase,ets (default: the config's)")
     p.add_argument("--widths", help="comma-separated, e.g. 16,64,256 (default: the config's)")
+    p.add_argument("--seeds", metavar="S,S,...",
+                   help="comma-separated search seeds, e.g. 0,1,2: every (method, width) pair runs once per seed (files "
+                        "<method>_w<width>_s<seed>.jsonl) and the table shows mean ± sd over them; default: the config's "
+                        "seed alone (files <method>_w<width>.jsonl)")
     p.add_argument("--out", help="output folder (default: <config output folder>/sweep)")
     p.add_argument("overrides", nargs="*", help="key=value overrides")
     p.set_defaults(func=_sweep)

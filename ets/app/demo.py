@@ -11,6 +11,11 @@ Rerun with the same options to resume. Other options into the same folder (anoth
 differs: a folder holds the results of one configuration. Pass another `--out`, or
 `--overwrite` to start the folder afresh. More problems than before resume (only the new
 ones are searched); fewer are refused, since the folder's results would not be theirs.
+
+`--seeds 0,1,2` runs each method once per seed (`<method>_w<width>_s<seed>.jsonl`, each
+resumable; the demo config's seed alone keeps `<method>_w<width>.jsonl`): the table then
+shows the mean ± sd over the seeds, and the line above it says how many problems, the
+width and the seeds.
 """
 
 from __future__ import annotations
@@ -44,22 +49,36 @@ def run_demo(
     overwrite: bool = False,
     workers: int = 1,
     ray_address: str | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run each method (a one-width sweep); returns one table row per method and writes
-    results, table and plot into `out`. With `overwrite`, the old results in `out` go first.
-    `workers` / `ray_address`: each method's problems sharded over Ray workers (ets/app/distributed.py)."""
+    """Run each method (a one-width sweep) once per seed (default: the demo config's);
+    returns one table row per method (means over the seeds, ets/app/sweep.py
+    `aggregate_seeds`) and writes results, table and plot into `out`. With `overwrite`,
+    the old results in `out` go first. `workers` / `ray_address`: each method's problems
+    sharded over Ray workers (ets/app/distributed.py)."""
     from ets.app.output import check_outputs
-    from ets.app.sweep import pair_config, run_sweep
+    from ets.app.sweep import run_sweep, sweep_configs
     from ets.data import load_problems
 
     import search
 
     config = demo_config(width, problems, out, backend)
     methods = list(methods) if methods is not None else search.available()
-    check_outputs([pair_config(config, m, width, Path(out)) for m in methods], load_problems(config.data),
+    check_outputs(sweep_configs(config, methods, [width], Path(out), seeds), load_problems(config.data),
                   overwrite=overwrite, way_out=f"pass another --out folder, or --overwrite to start {str(out)!r} afresh")
-    return run_sweep(config, methods, [width], out, show_progress=show_progress,
-                     title=f"ets demo: {problems} problems, width {width}", workers=workers, ray_address=ray_address)
+    return run_sweep(config, methods, [width], out, show_progress=show_progress, title=f"ets demo, W={width}",
+                     workers=workers, ray_address=ray_address, seeds=seeds)
+
+
+def demo_title(rows: Sequence[dict[str, Any]], width: int, seeds: Sequence[int] | None = None) -> str:
+    """The line above the demo's table: problems, width, seeds, e.g.
+    `ets demo: 50 problems, width 16, 3 seeds (0, 1, 2): mean ± sd over seeds`."""
+    counts = sorted({r["problems"] for r in rows if r.get("problems") is not None})
+    problems = "?" if not counts else str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    seeds = list(seeds) if seeds is not None else [demo_config().search.seed]
+    spread = ": mean ± sd over seeds" if len(seeds) > 1 else ""
+    return (f"ets demo: {problems} problems, width {width}, {len(seeds)} seed{'s' if len(seeds) != 1 else ''} "
+            f"({', '.join(map(str, seeds))}){spread}")
 
 
 def prm_scores(model, tok, questions: Sequence[str], trajectories: Sequence[Sequence[Sequence[str]]],

@@ -3,6 +3,14 @@
 Each pair writes its own resumable results file `<out>/<method>_w<width>.jsonl` (and its
 summary), so an interrupted sweep resumes without redoing finished pairs or duplicating
 rows; the table is rebuilt from the summaries at the end.
+
+With seeds (`--seeds 0,1,2`), each (method, width, seed) is one run with `search.seed` set
+(every problem's random stream derives from it) into `<method>_w<width>_s<seed>.jsonl`;
+only the config's own seed alone keeps the name without `_s<seed>`, so folders made before
+seeds existed still resume. The table then has one row per pair: the mean over seeds of
+every numeric column, with `<column>_sd` (sample standard deviation), `<column>_min` and
+`<column>_max` beside it, `seeds` (how many) and `seed_list`; `table_runs.csv` has the
+per-seed rows (a `seed` column) the means are made of.
 """
 
 from __future__ import annotations
@@ -27,6 +35,21 @@ def parse_widths(text: str) -> list[int]:
     return widths
 
 
+def parse_seeds(text: str) -> list[int]:
+    """`0,1,2` -> [0, 1, 2]: whole numbers >= 0 and below 2**63 (what torch and numpy take)."""
+    example = "give whole numbers >= 0 separated by commas, e.g. --seeds 0,1,2"
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--seeds {text!r}: {example}") from exc
+    if not seeds:
+        raise ConfigError(f"--seeds {text!r}: {example}")
+    for seed in seeds:
+        if not 0 <= seed < 2**63:
+            raise ConfigError(f"--seeds {text!r}: seed {seed} is out of range; {example} (each below 2**63)")
+    return seeds
+
+
 def parse_methods(text: str) -> list[str]:
     import search
 
@@ -36,12 +59,26 @@ def parse_methods(text: str) -> list[str]:
     return [search.canonical_name(m) for m in methods]  # KeyError lists the known names
 
 
-def pair_config(base: RunConfig, method: str, width: int, out: Path) -> RunConfig:
+def pair_config(base: RunConfig, method: str, width: int, out: Path, seed: int | None = None,
+                tagged: bool = False) -> RunConfig:
+    """One run of a sweep: `seed` (default: the config's) into `<method>_w<width>.jsonl`,
+    or `<method>_w<width>_s<seed>.jsonl` when `tagged`."""
+    seed = base.search.seed if seed is None else seed
+    name = f"{method}_w{width}" + (f"_s{seed}" if tagged else "")
     return dataclasses.replace(
         base,
-        search=dataclasses.replace(base.search, method=method, width=width),
-        output=str(out / f"{method}_w{width}.jsonl"),
+        search=dataclasses.replace(base.search, method=method, width=width, seed=seed),
+        output=str(out / f"{name}.jsonl"),
     )
+
+
+def sweep_configs(base: RunConfig, methods: Sequence[str], widths: Sequence[int], out: Path,
+                  seeds: Sequence[int] | None = None) -> list[RunConfig]:
+    """Every run of a sweep, seed by seed (a sweep stopped early has whole seeds done), each
+    validated. File names carry the seed unless the only seed is the config's own."""
+    seeds = [base.search.seed] if seeds is None else list(seeds)
+    tagged = seeds != [base.search.seed]
+    return [pair_config(base, m, w, Path(out), s, tagged) for s in seeds for w in widths for m in methods]
 
 
 # Per-run details the summary holds as mappings; the table keeps their headline figures.
@@ -55,6 +92,7 @@ def pair_row(config: RunConfig, summary: dict[str, Any]) -> dict[str, Any]:
     return {
         "method": config.search.method,
         "width": config.search.width,
+        "seed": config.search.seed,
         "aggregation": config.search.aggregation,
         "vote": config.search.vote,
         "answer_rule": f"{config.search.vote} ({config.search.aggregation})",
@@ -77,24 +115,27 @@ def run_sweep(
     title: str = "",
     workers: int = 1,
     ray_address: str | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every pair (methods x widths); returns the table rows, writes table and plots.
-    With `workers` > 1 or a `ray_address`, each pair runs on that many Ray workers (fresh
-    ones per pair, loading their own models); one Ray session serves the whole sweep."""
-    from ets.app.report import markdown_table, plot_methods, plot_sweep, write_csv
+    """Run every pair (methods x widths) once per seed (default: the config's seed);
+    returns the table rows (one per pair, means over seeds: `aggregate_seeds`), writes
+    table and plots. With `workers` > 1 or a `ray_address`, each run is on that many Ray
+    workers (fresh ones per run, loading their own models); one Ray session serves the
+    whole sweep. `title` starts the plots' titles (default "ets sweep")."""
+    from ets.app.report import markdown_table, plot_methods, plot_sweep, plot_title, write_csv
     from ets.app.run import build_reward_for, run
     from ets.policy.build import build_policy
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    configs = [pair_config(base, m, w, out) for w in widths for m in methods]  # validate all first
-    rows, reward, policy = [], None, None
+    configs = sweep_configs(base, methods, widths, out, seeds)  # validate all first
+    runs, reward, policy = [], None, None
     distributed = workers > 1 or ray_address is not None
     with _ray_for(base, workers, ray_address, show_progress) if distributed else contextlib.nullcontext():
         for config in configs:
             if distributed:
                 summary = run(config, show_progress=show_progress, workers=workers, ray_address=ray_address)
-                rows.append(pair_row(config, summary))
+                runs.append(pair_row(config, summary))
                 continue
             # A fresh policy and reward model per pair keep each pair's peak KV (the policy's
             # pool and the PRM's own) that pair's alone, and a PRM that scores on the policy's
@@ -103,14 +144,67 @@ def run_sweep(
                 policy = build_policy(config.policy, config.search)
                 reward = build_reward_for(config, policy)
             summary = run(config, show_progress=show_progress, policy=policy, reward=reward)
-            rows.append(pair_row(config, summary))
+            runs.append(pair_row(config, summary))
+    rows = aggregate_seeds(runs)
     (out / "table.md").write_text(markdown_table(rows) + "\n")
     write_csv(rows, out / "table.csv")
+    if len({r["seed"] for r in runs}) > 1:
+        write_csv(runs, out / "table_runs.csv")
+    heading = plot_title(base, rows, title or "ets sweep")
     if len(widths) > 1:
-        plot_sweep(rows, out)
+        plot_sweep(rows, out, title=heading)
     else:
-        plot_methods(rows, out / "methods.png", title=title)
+        plot_methods(rows, out / "methods.png", title=heading)
     return rows
+
+
+# Columns that name a run rather than measure it: never averaged.
+_KEYS = ("method", "width", "seed")
+
+
+def aggregate_seeds(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (method, width), in the order the pairs first appear. A pair run with
+    one seed keeps its row as it is. With several: every numeric column (not a bool)
+    becomes the mean over the seeds that know it (None where none does), with `<key>_sd`
+    (sample standard deviation, n - 1), `<key>_min` and `<key>_max` beside it; a column
+    that is not a number keeps its value where the seeds agree (else their values joined
+    by "/"); `seeds` is the number of seeds and `seed_list` them, e.g. "0,1,2"."""
+    import statistics
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault((r["method"], r["width"]), []).append(r)
+    rows = []
+    for (method, width), group in groups.items():
+        if len(group) == 1:
+            rows.append(dict(group[0]))
+            continue
+        row: dict[str, Any] = {"method": method, "width": width}
+        keys = list(dict.fromkeys(k for r in group for k in r if k not in _KEYS))
+        for key in keys:
+            values = [r.get(key) for r in group]
+            known = [v for v in values if v is not None]
+            if not known:
+                row[key] = None  # unknown in every seed, e.g. live KV on a backend that does not measure it
+            elif all(_number(v) for v in known):
+                same_int = all(isinstance(v, int) for v in known) and len(set(known)) == 1
+                row[key] = known[0] if same_int else statistics.fmean(known)  # e.g. problems stays an int
+                row[f"{key}_sd"] = statistics.stdev(known) if len(known) > 1 else 0.0
+                row[f"{key}_min"], row[f"{key}_max"] = min(known), max(known)
+            elif all(v == values[0] for v in values):
+                row[key] = values[0]
+            elif any(isinstance(v, (dict, list)) for v in values):
+                row[key] = values  # per seed, in seed order (the CSV leaves such columns out)
+            else:
+                row[key] = "/".join(dict.fromkeys(str(v) for v in values))
+        row["seeds"] = len(group)
+        row["seed_list"] = ",".join(str(r["seed"]) for r in group)
+        rows.append(row)
+    return rows
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _ray_for(base: RunConfig, workers: int, address: str | None, show_progress: bool):
@@ -124,7 +218,8 @@ def _ray_for(base: RunConfig, workers: int, address: str | None, show_progress: 
 
 
 def relative_to_rebase(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Per width: ETS's KV-size reduction and throughput gain over REBASE, as lines."""
+    """Per width: ETS's KV-size reduction and throughput gain over REBASE, as lines; on
+    rows aggregated over seeds (`aggregate_seeds`), ratios of the means, said in the line."""
     lines = []
     by = {(r["method"], r["width"]): r for r in rows}
     for width in sorted({r["width"] for r in rows}):
@@ -138,8 +233,10 @@ def relative_to_rebase(rows: Sequence[dict[str, Any]]) -> list[str]:
         tp = _ratio(ets.get("tokens_per_s"), reb.get("tokens_per_s"))
         pp = _ratio(ets.get("problems_per_s"), reb.get("problems_per_s"))
         acc = 100 * (ets["accuracy"] - reb["accuracy"])
+        seeds = min(ets.get("seeds", 1), reb.get("seeds", 1))
+        over = f" (means over {seeds} seeds)" if seeds > 1 else ""
         lines.append(
-            f"W={width}: ETS vs REBASE: KV size {kv}, throughput {pp} problems/s "
+            f"W={width}{over}: ETS vs REBASE: KV size {kv}, throughput {pp} problems/s "
             f"({tp} tokens/s), accuracy {acc:+.1f} points"
         )
     return lines
