@@ -38,3 +38,24 @@ def test_demo_config_matches_the_formats_the_models_were_trained_on():
     assert config.policy.step_delimiter == demo.STEP_DELIMITER
     assert config.policy.model == str(demo.POLICY_PATH) and config.reward.model == str(demo.PRM_PATH)
     assert config.data.path == str(demo.TEST_PATH)
+
+
+def test_demo_with_seeds_says_so_and_shows_the_spread(tmp_path, capsys):
+    out = tmp_path / "demo"
+    argv = ["demo", "--quiet", "--width", "2", "--problems", "2", "--methods", "best_of_n,rebase", "--out", str(out)]
+    assert main([*argv, "--seeds", "0,1"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(printed) if line.startswith("| method"))
+    assert printed[header - 1] == "ets demo: 2 problems, width 2, 2 seeds (0, 1): mean ± sd over seeds"
+    assert "KV size/problem (ETS code's metric)" in printed[header]
+    for m in ("best_of_n", "rebase"):
+        row = next(line for line in printed if line.startswith(f"| {m} | 2 |"))
+        assert "% ± " in row
+        for s in (0, 1):
+            assert (out / f"{m}_w2_s{s}.jsonl").read_text().count("\n") == 2
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    assert [(r["method"], r["seeds"]) for r in rows] == [("best_of_n", "2"), ("rebase", "2")]
+    assert len(list(csv.DictReader((out / "table_runs.csv").open()))) == 4
+    # The default is the demo config's seed alone, under the old file names.
+    assert main(argv) == 0
+    assert "width 2, 1 seed (0)" in capsys.readouterr().out and (out / "rebase_w2.jsonl").exists()
