@@ -9,7 +9,7 @@ from ets.app.demo import prm_scores
 from ets.demo.hf import sample_solutions
 
 # An easy demo problem (two items, no last operation; one of the shipped test problems).
-EASY = "Ivy buys 7 towels at 30 dollars each and 6 socks at 49 dollars each. How much does she spend in total?"
+EASY = "Mia buys 8 pens at 217 dollars each and 7 cups at 378 dollars each. How much does she spend in total?"
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +42,15 @@ def test_prm_has_the_step_tag_convention_and_flags_items_not_in_the_question(loa
     model, tok = loaded["prm"]
     for t in (STEP_TAG, GOOD_TOKEN, BAD_TOKEN):
         assert len(tok.encode(t, add_special_tokens=False)) == 1
-    good = ["7 towels at 30 dollars: 7 * 30 = 210", "6 socks at 49 dollars: 6 * 49 = 294",
-            "Total: 210 + 294 = 504", "The answer is: 504"]
-    not_in_question = ["8 towels at 31 dollars: 8 * 31 = 248"]
-    price_of_another_item = ["7 towels at 49 dollars: 7 * 49 = 343"]
+    good = ["8 pens at 217 dollars, the hundreds: 8 * 200 = 1600", "8 pens at 217 dollars, the tens: 8 * 10 = 80",
+            "Pens, hundreds and tens: 1600 + 80 = 1680", "8 pens at 217 dollars, the ones: 8 * 7 = 56",
+            "8 pens at 217 dollars: 1680 + 56 = 1736", "7 cups at 378 dollars, the hundreds: 7 * 300 = 2100",
+            "7 cups at 378 dollars, the tens: 7 * 70 = 490", "Cups, hundreds and tens: 2100 + 490 = 2590",
+            "7 cups at 378 dollars, the ones: 7 * 8 = 56", "7 cups at 378 dollars: 2590 + 56 = 2646",
+            "Total: 1736 + 2646 = 4382", "The answer is: 4382"]
+    not_in_question = ["9 pens at 218 dollars, the hundreds: 9 * 200 = 1800"]
+    price_of_another_item = ["8 pens at 378 dollars, the hundreds: 8 * 300 = 2400"]
     [[g, w, m]] = prm_scores(model, tok, [EASY], [[good, not_in_question, price_of_another_item]])
-    assert len(g) == 4 and all(0.0 <= x <= 1.0 for x in g)
+    assert len(g) == len(good) and all(0.0 <= x <= 1.0 for x in g)
     assert min(g) > 0.5, g
     assert w[0] < 0.5 and m[0] < 0.5, (w, m)
-    # (It does not reliably flag a hand-made arithmetic slip such as 210 + 294 = 514,
-    # which scores 0.76 against 0.82 for the right sum: it learned to check what a step
-    # multiplies against the question better than the digits of a result. Its step AUC
-    # on the policy's own samples is 0.905; see the README.)

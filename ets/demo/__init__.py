@@ -1,14 +1,15 @@
-"""The embedded demo: a checkable multi-step arithmetic task with its own small models.
+"""The embedded demo: a checkable deep multi-step arithmetic task with its own small models.
 
-    task.py        problems: generator, question text, parser
-    solutions.py   reference solutions in every valid order and several phrasings
-    checker.py     the exact step checker: check_steps(problem, steps) -> [bool]
+    task.py        problems (shopping bills worked out by place value): generator, text, parser
+    solutions.py   reference solutions in many valid orders and several phrasings
+    checker.py     the exact step checker: check_steps(problem, steps) -> [bool], and
+                   judge_steps -> the kind of each error (arithmetic, operand, inherited, ...)
     splits.py      disjoint train / validation / test splits; the shipped test file
     hf.py          plain-transformers sampling and the PRM's input text (training, quality bars)
     metrics.py     ROC AUC and the weighted vote used by scripts/demo_quality.py
     spoil.py       wrong steps of the policy's kinds, for training the PRM
-    checkpoints/   policy/ (LlamaForCausalLM, 4 layers, 1.12M parameters) and prm/ (the
-                   policy plus 2 layers, 1.65M), one shared 564-token BPE tokenizer with
+    checkpoints/   policy/ (LlamaForCausalLM, 4 layers, 1.13M parameters) and prm/ (the
+                   policy plus 2 layers, 1.66M), one shared 597-token BPE tokenizer with
                    digits split, trained by scripts/train_demo_models.py; training.json
                    records the run
 
