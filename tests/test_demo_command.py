@@ -7,7 +7,7 @@ from ets.app.cli import main
 
 def test_demo_runs_every_method_and_writes_table_and_plot(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--quiet", "--width", "4", "--problems", "3", "--out", str(out)]) == 0
+    assert main(["demo", "--quiet", "--width", "4", "--problems", "3", "--seeds", "0", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     methods = ["best_of_n", "beam", "dvts", "rebase", "ets"]
     rows = list(csv.DictReader((out / "table.csv").open()))
@@ -27,6 +27,13 @@ def test_demo_rejects_bad_options_before_work(tmp_path, capsys):
     assert "mcts" in capsys.readouterr().err
     assert main(["demo", "--quiet", "--width", "0", "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_demo_defaults_show_the_seed_spread():
+    from ets.app.cli import build_parser
+
+    args = build_parser().parse_args(["demo"])
+    assert (args.width, args.problems, args.seeds) == (8, 10, "0,1,2")
 
 
 def test_demo_config_matches_the_formats_the_models_were_trained_on():
@@ -56,6 +63,6 @@ def test_demo_with_seeds_says_so_and_shows_the_spread(tmp_path, capsys):
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert [(r["method"], r["seeds"]) for r in rows] == [("best_of_n", "2"), ("rebase", "2")]
     assert len(list(csv.DictReader((out / "table_runs.csv").open()))) == 4
-    # The default is the demo config's seed alone, under the old file names.
-    assert main(argv) == 0
+    # One seed runs under the old file names.
+    assert main([*argv, "--seeds", "0"]) == 0
     assert "width 2, 1 seed (0)" in capsys.readouterr().out and (out / "rebase_w2.jsonl").exists()

@@ -31,7 +31,7 @@ from rewards.step_tag import StepTagOptions, StepTagPRM
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "demo" / "demo.yaml"
 
 
-def demo_config(width: int = 16, problems: int = 50, out: str | Path = "ets-demo", backend: str = "engine") -> RunConfig:
+def demo_config(width: int = 8, problems: int = 10, out: str | Path = "ets-demo", backend: str = "engine") -> RunConfig:
     """The embedded default (ets/demo/demo.yaml) at this width and number of problems."""
     config = load_config(DEMO_CONFIG, [
         f"width={width}", f"data.limit={problems}", f"policy.backend={backend}", f"concurrency={problems}",
@@ -40,8 +40,8 @@ def demo_config(width: int = 16, problems: int = 50, out: str | Path = "ets-demo
 
 
 def run_demo(
-    width: int = 16,
-    problems: int = 50,
+    width: int = 8,
+    problems: int = 10,
     out: str | Path = "ets-demo",
     methods: Sequence[str] | None = None,
     backend: str = "engine",
