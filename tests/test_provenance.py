@@ -127,7 +127,7 @@ def test_sweep_refuses_a_changed_config_before_any_work_and_overwrites(tmp_path,
 
 def test_demo_with_fewer_problems_is_refused_and_more_resume(tmp_path, capsys):
     out = tmp_path / "demo"
-    demo = ["demo", "--quiet", "--width", "2", "--methods", "best_of_n", "--out", str(out)]
+    demo = ["demo", "--quiet", "--width", "2", "--methods", "best_of_n", "--seeds", "0", "--out", str(out)]
     assert main([*demo, "--problems", "2"]) == 0
     table = (out / "table.md").read_text()
     msg = refused(capsys, main([*demo, "--problems", "1"]))
