@@ -86,3 +86,30 @@ def test_relative_to_rebase_gives_the_ratio_on_the_ets_code_metric_too():
     assert relative_to_rebase(rows) == [
         "W=4: ETS vs REBASE: KV size 2.00x smaller (1.80x on the ETS code's metric), throughput 2.00x problems/s "
         "(2.00x tokens/s), accuracy +0.0 points"]
+
+
+def test_each_pair_frees_the_last_pairs_models_before_building_its_own(tmp_path, monkeypatch):
+    """A pair's policy and PRM hold KV pools (the demo's are ~2.7 GB a pair) in reference
+    cycles; the sweep must collect them before the next pair builds its own."""
+    import gc
+    import weakref
+
+    import ets.policy.build as build
+    from ets.app.sweep import run_sweep
+    from ets.config import load_config
+
+    real, built = build.build_policy, []
+
+    def tracked(*args, **kwargs):
+        assert all(ref() is None for ref in built), "the last pair's policy is still alive"
+        policy = real(*args, **kwargs)
+        built.append(weakref.ref(policy))
+        return policy
+
+    monkeypatch.setattr(build, "build_policy", tracked)
+    gc.disable()            # as when a run allocates few Python objects: no collection by chance
+    try:
+        run_sweep(load_config(TINY), ["beam", "rebase", "best_of_n"], [2], tmp_path / "sweep", show_progress=False)
+    finally:
+        gc.enable()
+    assert len(built) == 3 and all(ref() is None for ref in built)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -141,10 +142,18 @@ def run_sweep(
             # pool and the PRM's own) that pair's alone, and a PRM that scores on the policy's
             # engine (share_policy_engine) on this pair's engine, not the first pair's.
             if policy is None or fresh_policy_per_pair:
+                # The last pair's models first go, pools and all: they sit in reference
+                # cycles (engine <-> policy <-> reward), which only the cycle collector
+                # frees, and a demo pair's two KV pools are ~2.7 GB (five pairs ran a test
+                # out of memory).
+                policy = reward = None
+                gc.collect()
                 policy = build_policy(config.policy, config.search)
                 reward = build_reward_for(config, policy)
             summary = run(config, show_progress=show_progress, policy=policy, reward=reward)
             runs.append(pair_row(config, summary))
+    policy = reward = None
+    gc.collect()
     rows = aggregate_seeds(runs)
     (out / "table.md").write_text(markdown_table(rows) + "\n")
     write_csv(rows, out / "table.csv")
