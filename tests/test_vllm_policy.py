@@ -132,7 +132,7 @@ def test_sampling_settings_and_context(vpolicy, questions):
     # The context: a path 2 short of it decodes at most 2 tokens and ends "context" there;
     # a full one decodes nothing.
     ctx = vpolicy.context_tokens
-    assert ctx == 512  # the demo policy's max_position_embeddings
+    assert ctx == 1024  # the demo policy's max_position_embeddings
     long = (prompt * (ctx // len(prompt) + 1))[: ctx - 2]
     near = vpolicy.expand([ExpandRequest("c", long, 1, seed=4, sampling=SamplingSettings(1.0, 1.0, 0, 32)),
                            ExpandRequest("f", (long * 2)[:ctx], 2, seed=5)])
