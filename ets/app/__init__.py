@@ -2,8 +2,9 @@
 
     cli.py          argument parsing; every user error as one line and exit code 2
     run.py          `ets run`: problems -> the search loop -> a resumable JSONL + summary
-    sweep.py        `ets sweep`: methods x widths, one run each, then table and plots
+    sweep.py        `ets sweep`: methods x widths (x seeds), one run each, then table and plots
     demo.py         `ets demo`: a one-width sweep on the embedded demo models and task
+    samples.py      whole solutions sampled on the engine (demo training data, quality bars)
     evaluate.py     `ets eval`: accuracy of a results file under an aggregation and vote
     report.py       Markdown / CSV tables and the plots
     jsonl.py        the resumable results file (append, flush, torn-line recovery)

@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", parents=[common, overwrite, distributed],
                        help="every method on the bundled demo models and task; prints one table")
-    # The defaults fit in about 3 minutes on a 2-core CPU (demo solutions are 12-20 steps);
+    # The defaults take about 4.4 minutes on a 2-core CPU (demo solutions are 12-20 steps);
     # docs/RESULTS.md has W=64 on more problems.
     p.add_argument("--width", type=int, default=8, help="search width W (default 8)")
     p.add_argument("--problems", type=int, default=10, help="demo test problems to search (default 10)")
