@@ -112,7 +112,7 @@ def spoil(p: Problem, step: str, rng: random.Random, before: Sequence[str] = ())
                 a, b = int(_nudge(str(eq.a), rng)), eq.b
             else:
                 a, b = eq.a, int(_nudge(str(eq.b), rng))
-            if eq.op != "/" or a % b == 0:
+            if eq.op != "/" or (b != 0 and a % b == 0):
                 bad = _equation_text(eq.label, a, eq.op, b, _apply(eq.op, a, b))
         if bad is None:
             head, sep, c = step.rpartition(" ")
