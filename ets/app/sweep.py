@@ -24,27 +24,29 @@ from typing import Any, Sequence
 from ets.config import ConfigError, RunConfig
 
 
+def _parse_ints(text: str, flag: str, example: str, empty: str | None = None) -> list[int]:
+    """`1,2,3` -> [1, 2, 3]; anything else a ConfigError naming `flag` with `example`
+    (`empty` instead when no value is given)."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {text!r}: {example}") from exc
+    if not values:
+        raise ConfigError(f"{flag} {text!r}: {empty or example}")
+    return values
+
+
 def parse_widths(text: str) -> list[int]:
     """`16,64` -> [16, 64]; each width is validated where every width is, by SearchConfig
     (`pair_config`)."""
-    try:
-        widths = [int(w) for w in text.split(",") if w.strip()]
-    except ValueError as exc:
-        raise ConfigError(f"--widths {text!r}: give integers separated by commas, e.g. 16,64,256") from exc
-    if not widths:
-        raise ConfigError(f"--widths {text!r}: give at least one width, e.g. 16,64,256")
-    return widths
+    return _parse_ints(text, "--widths", "give integers separated by commas, e.g. 16,64,256",
+                       empty="give at least one width, e.g. 16,64,256")
 
 
 def parse_seeds(text: str) -> list[int]:
     """`0,1,2` -> [0, 1, 2]: whole numbers >= 0 and below 2**63 (what torch and numpy take)."""
     example = "give whole numbers >= 0 separated by commas, e.g. --seeds 0,1,2"
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError as exc:
-        raise ConfigError(f"--seeds {text!r}: {example}") from exc
-    if not seeds:
-        raise ConfigError(f"--seeds {text!r}: {example}")
+    seeds = _parse_ints(text, "--seeds", example)
     for seed in seeds:
         if not 0 <= seed < 2**63:
             raise ConfigError(f"--seeds {text!r}: seed {seed} is out of range; {example} (each below 2**63)")
