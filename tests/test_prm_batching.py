@@ -272,10 +272,9 @@ def flat(scores):
     return [v for per_q in scores for per_t in per_q for v in per_t]
 
 
-def per_candidate_reference(model, tok, prm, questions, trajectories):
-    """Each trajectory alone: tokenised on its own, one unpadded forward, softmax over
-    (good, bad) at each tag."""
-    good, bad = prm.backend.columns.tolist()
+def each_alone(model, tok, prm, questions, trajectories, tokenize, readout):
+    """Each trajectory alone: tokenised on its own (`tokenize`), one unpadded forward, and
+    `readout(logits at its marked positions)` -> its scores."""
     out = []
     for question, per_q in zip(questions, trajectories):
         per = []
@@ -283,12 +282,19 @@ def per_candidate_reference(model, tok, prm, questions, trajectories):
             if not steps:
                 per.append([])
                 continue
-            ids, pos = tokenize_marked(tok, prm.render(question, list(steps)), prm.marker_id, True)
+            ids, pos = tokenize(tok, prm.render(question, list(steps)), prm.marker_id, True)
             with torch.no_grad():
                 logits = model(input_ids=torch.tensor([ids])).logits[0]
-            per.append(torch.softmax(logits[pos][:, [good, bad]].float(), -1)[:, 0].tolist())
+            per.append(readout(logits[pos]).tolist())
         out.append(per)
     return out
+
+
+def per_candidate_reference(model, tok, prm, questions, trajectories):
+    """Step-tag scores of each trajectory alone: softmax over (good, bad) at each tag."""
+    good, bad = prm.backend.columns.tolist()
+    return each_alone(model, tok, prm, questions, trajectories, tokenize_marked,
+                      lambda at: torch.softmax(at[:, [good, bad]].float(), -1)[:, 0])
 
 
 @pytest.mark.parametrize("options", [StepTagOptions(), StepTagOptions(padding_side="left"),
@@ -324,16 +330,5 @@ def test_value_head_pieces_round_equals_each_candidate_alone(llama):
     newline = tok.encode("\n", add_special_tokens=False)[-1]
     prm = ValueHeadPRM(model, tok, options, [newline])
     qs, trajs = round_of_candidates()
-    expected = []
-    for question, per_q in zip(qs, trajs):
-        per = []
-        for steps in per_q:
-            if not steps:
-                per.append([])
-                continue
-            ids, pos = tokenize_pieces(tok, prm.render(question, list(steps)), prm.marker_id, True)
-            with torch.no_grad():
-                logits = model(input_ids=torch.tensor([ids])).logits[0]
-            per.append(torch.sigmoid(logits[pos][:, newline]).tolist())
-        expected.append(per)
+    expected = each_alone(model, tok, prm, qs, trajs, tokenize_pieces, lambda at: torch.sigmoid(at[:, newline]))
     assert flat(prm(qs, trajs)) == pytest.approx(flat(expected), abs=1e-6)
