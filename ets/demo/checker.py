@@ -81,7 +81,7 @@ def arithmetic_ok(a: int, op: str, b: int, c: int) -> bool:
     return _OPS[op](a, b) == c
 
 
-def _products(p: Problem) -> dict[frozenset[int], list[frozenset]]:
+def item_products(p: Problem) -> dict[frozenset[int], list[frozenset]]:
     """{count, places value} -> the cell sets that product computes, for every item and
     every nonempty set of places of its price."""
     out: dict[frozenset[int], list[frozenset]] = {}
@@ -99,7 +99,7 @@ class _State:
 
     def __init__(self, problem: Problem):
         self.p = problem
-        self.products = _products(problem)
+        self.products = item_products(problem)
         self.known: dict[int, set[frozenset]] = {}    # value -> the cell sets it is
         self.after_coupon: set[int] = set()           # known results of the coupon
         self.tainted: set[int] = set()                # values wrong steps wrote

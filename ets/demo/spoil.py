@@ -13,10 +13,9 @@ kind of spoil, so a spoil that happens to be right is labelled right.
 from __future__ import annotations
 
 import random
-from itertools import combinations
 from typing import Sequence
 
-from ets.demo.checker import check_steps, parse_answer, parse_equation
+from ets.demo.checker import check_steps, item_products, parse_answer, parse_equation
 from ets.demo.solutions import ANSWER_PREFIX, reference_solution
 from ets.demo.task import Problem
 
@@ -46,13 +45,11 @@ def _equation_text(label: str, a: int, op: str, b: int, c: int) -> str:
 
 def _item_of(p: Problem, a: int, b: int):
     """(item, is `a` its count) of a product step, or None if it is no item's product."""
-    for it in p.items:
-        values = {sum(c) for r in range(1, 4) for c in combinations(it.parts, r)}
-        if a == it.count and b in values:
-            return it, True
-        if b == it.count and a in values:
-            return it, False
-    return None
+    sets = item_products(p).get(frozenset((a, b)))
+    if not sets:
+        return None
+    it = p.items[min(i for cells in sets for i, _ in cells)]
+    return it, a == it.count
 
 
 def _misread_part(part: int, rng: random.Random) -> tuple[int, int | None, int | None]:
