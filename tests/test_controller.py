@@ -238,3 +238,24 @@ def test_every_request_carries_its_seed_and_the_configs_sampling(policy):
     assert seen and all(r.sampling == SamplingSettings(0.5, 1.0, 5, 3) for r in seen)
     by_index = {0: PROBLEMS[0], 1: PROBLEMS[1]}
     assert all(r.seed == node_seed(9, by_index[r.key[0]], r.key[1]) for r in seen)
+
+
+def test_each_rounds_phases_are_clocked(policy):
+    """RunStats splits the rounds' time into the policy's, the reward's and selection's
+    (the summary's 'rounds:' line): a reward that sleeps 20 ms a call shows in its phase."""
+    import time
+
+    calls = []
+
+    def slow_score(questions, trajectories):
+        calls.append(1)
+        time.sleep(0.02)
+        return text_score(questions, trajectories)
+
+    cfg = SearchConfig(method="rebase", width=2, max_step_tokens=4, max_depth=2, max_tokens=100)
+    started = time.perf_counter()
+    _, stats = SearchLoop(PROBLEMS, policy, slow_score, cfg, concurrency=3).run()
+    wall = time.perf_counter() - started
+    assert stats.score_seconds >= 0.02 * len(calls) > 0
+    assert stats.expand_seconds > 0 and stats.select_seconds > 0
+    assert stats.expand_seconds + stats.score_seconds + stats.select_seconds <= wall

@@ -67,7 +67,16 @@ def _run(args: argparse.Namespace) -> int:
         f"(ETS code's metric {_num(summary.get('kv_size_ref_per_problem'), '.0f')}) | "
         f"{_num(summary.get('tokens_per_s'), '.1f')} tokens/s | wall {_num(summary.get('wall_time'), '.1f')} s"
     )
+    if summary.get("expand_seconds"):
+        print(_phases_line(summary))
     return _workers_lines(summary)
+
+
+def _phases_line(summary: dict) -> str:
+    """Where the rounds' time went: policy, reward, selection (its share of the policy's)."""
+    expand, score, select = (summary.get(k, 0.0) for k in ("expand_seconds", "score_seconds", "select_seconds"))
+    return (f"rounds: policy {expand:.1f} s | reward {score:.1f} s | selection {select:.1f} s "
+            f"({select / expand:.1%} of the policy's)")
 
 
 def _workers_lines(summary: dict) -> int:

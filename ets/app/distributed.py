@@ -57,6 +57,7 @@ from typing import Any, Callable, Iterator, Sequence
 from ets.config import ConfigError, RunConfig
 from ets.app.worker import Worker
 from ets.data import Problem
+from ets.loop.controller import PHASES
 
 log = logging.getLogger(__name__)
 
@@ -307,6 +308,8 @@ class Driver:
             "mean_active": sum(r["active_sum"] for r in rs) / rounds if rounds else 0.0,
             "peak_active": max((r["peak_active"] for r in rs), default=0),
             "mean_search_peak_kv": sum(r["search_peak_kv_sum"] for r in rs) / problems if problems else 0.0,
+            # summed over workers: seconds of work, not of the run's wall clock
+            **{key: sum(r.get(key, 0.0) for r in rs) for key in PHASES},
             "workers": {
                 "count": self.workers, "chunk": self.chunk, "cpus_per_worker": self.cpus,
                 "gpus_per_worker": self.gpus, "restarts": self.restarts, "retries": self.retries,

@@ -14,6 +14,7 @@ from typing import Any
 
 from ets.config import RunConfig
 from ets.data import Problem
+from ets.loop.controller import PHASES
 
 
 class Worker:
@@ -30,6 +31,7 @@ class Worker:
         self._active_sum = 0.0
         self._peak_active = 0
         self._peak_kv_sum = 0.0
+        self._phase_seconds = dict.fromkeys(PHASES, 0.0)
 
     def where(self) -> dict[str, Any]:
         """Where this worker runs: its process id (what a test kills), host and GPUs."""
@@ -73,6 +75,8 @@ class Worker:
         self._active_sum += s.mean_active * s.rounds
         self._peak_active = max(self._peak_active, s.peak_active)
         self._peak_kv_sum += s.mean_search_peak_kv * len(problems)
+        for key in PHASES:
+            self._phase_seconds[key] += getattr(s, key)
         return result.records, self.stats()
 
     def stats(self) -> dict[str, Any]:
@@ -83,7 +87,7 @@ class Worker:
         out: dict[str, Any] = {
             "problems": self.problems,
             "run_stats": {"rounds": self._rounds, "active_sum": self._active_sum, "peak_active": self._peak_active,
-                          "search_peak_kv_sum": self._peak_kv_sum},
+                          "search_peak_kv_sum": self._peak_kv_sum, **self._phase_seconds},
             "policy_stats": self.policy.stats(),
             "policy_memory": self.policy.memory()._asdict(),
             # the process's peak resident memory (Linux reports KiB)

@@ -79,6 +79,9 @@ def node_seed(seed: int, problem: Problem, node_id: int) -> int:
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 2
 
 
+PHASES = ("expand_seconds", "score_seconds", "select_seconds")  # RunStats' per-phase clocks
+
+
 class RunStats(NamedTuple):
     """What one run of the loop measured."""
 
@@ -86,6 +89,12 @@ class RunStats(NamedTuple):
     mean_active: float           # problems in flight, averaged over rounds
     peak_active: int             # the most problems in flight in one round
     mean_search_peak_kv: float   # a search's peak footprint (admission's projection), averaged over problems
+    # Wall seconds of the round's three phases, summed over rounds: the policy's call
+    # (decode), the reward's call, and selection (the strategy's batch work and every
+    # frontier's allocation: ETS's embedding, clustering and integer programs).
+    expand_seconds: float = 0.0
+    score_seconds: float = 0.0
+    select_seconds: float = 0.0
 
 
 class LoopResult(NamedTuple):
@@ -155,6 +164,7 @@ class SearchLoop:
         self.results: dict[int, dict[str, Any]] = {}
         self._prompts: dict[int, Prompt] = {}  # tokenised once, even if a problem waits several rounds
         self._rounds = self._active_sum = self._peak_active = 0
+        self._phase_seconds = dict.fromkeys(PHASES, 0.0)
         self._checked = False
 
     def run(self) -> LoopResult:
@@ -172,14 +182,24 @@ class SearchLoop:
         self._rounds += 1
         self._active_sum += len(self.active)
         self._peak_active = max(self._peak_active, len(self.active))
+        clock = self._phase_seconds
+        t0 = time.perf_counter()
         children = self.expand()
+        t1 = time.perf_counter()
         self.score(children)
-        self.finish(self.select(children))
+        t2 = time.perf_counter()
+        done = self.select(children)
+        t3 = time.perf_counter()
+        clock["expand_seconds"] += t1 - t0
+        clock["score_seconds"] += t2 - t1
+        clock["select_seconds"] += t3 - t2
+        self.finish(done)
         return True
 
     def stats(self) -> RunStats:
         r = self._rounds
-        return RunStats(r, self._active_sum / r if r else 0.0, self._peak_active, self.admission.mean_peak or 0.0)
+        return RunStats(r, self._active_sum / r if r else 0.0, self._peak_active, self.admission.mean_peak or 0.0,
+                        **self._phase_seconds)
 
     # ------------------------------------------------------------------ the round
     def preflight(self) -> None:
