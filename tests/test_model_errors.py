@@ -23,6 +23,8 @@ CASES = {
     "a GPU this machine lacks": (lambda _: "policy.device=cuda", "set device: cpu"),
     "a seed too large for the generators": (lambda _: "seed=99999999999999999999", "must be below 2**63"),
     "a missing embedder": (lambda _: "search.embedder=/no/such/embedder", "search.embedder '/no/such/embedder' does not exist"),
+    "a static form of a missing embedder": (lambda _: "search.embedder=static:/no/such/embedder",
+                                            "search.embedder '/no/such/embedder' does not exist"),
 }
 
 
