@@ -108,7 +108,7 @@ def static_embedder(base: str, device: str | None = None) -> Path:
         from model2vec.distill import distill
     except ImportError as exc:
         raise ConfigError(f"search.embedder {STATIC_PREFIX}{base}: distilling needs model2vec "
-                          f"(pip install 'model2vec[distill]'); or {_HOW}") from exc
+                          f"(pip install model2vec skeletoken); or {_HOW}") from exc
     from sentence_transformers import SentenceTransformer
     try:
         from sentence_transformers.sentence_transformer.modules import StaticEmbedding
