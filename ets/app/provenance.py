@@ -12,8 +12,9 @@ compared   every key that changes a problem's result, flattened (`search.width`,
            type only, `cuda:1` -> `cuda`), the reward (name, model, options). A key added to
            a config class later is compared by default: a false refusal costs a flag, a
            silent mix costs a paper.
-recorded   kept for the reader, never compared: the output path, `concurrency` and
-           `save_trees` (a problem's result does not depend on what else is in flight),
+recorded   kept for the reader, never compared: the output path, `concurrency`,
+           `save_trees` and `torch_threads` (a problem's result does not depend on what
+           else is in flight, nor on how many threads compute it),
            the ETS recipe's `num_threads` and preset names (a preset is compared as the
            keys it set),
            `policy.kv_budget_tokens`, `policy.max_batch_tokens` and the reward options of
@@ -47,7 +48,7 @@ from ets.data import Problem
 
 FORMAT = 1
 NOT_COMPARED = frozenset({
-    "output", "concurrency", "save_trees",
+    "output", "concurrency", "save_trees", "torch_threads",
     "policy.kv_budget_tokens", "policy.max_batch_tokens",
     # the ETS recipe keys: num_threads does nothing here, and a preset's effect is compared
     # as the policy and reward keys it set

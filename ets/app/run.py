@@ -49,6 +49,10 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     strategy = build_strategy(config.search)  # an unknown method fails before anything is read or loaded
     if config.num_threads is not None:
         log.warning(num_threads_note(config))
+    if config.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(config.torch_threads)
     problems = load_problems(config.data)
     with open_output(config, problems, overwrite=overwrite) as writer:
         todo = [p for p in problems if p.id not in writer.done_ids]

@@ -47,8 +47,8 @@ class Worker:
         from ets.policy.build import build_policy
         from search import build as build_strategy
 
-        if self.threads:
-            torch.set_num_threads(self.threads)
+        if config.torch_threads or self.threads:  # the config's figure, else this worker's cores
+            torch.set_num_threads(config.torch_threads or self.threads)
         try:
             from transformers.utils import logging as hf_logging
 

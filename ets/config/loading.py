@@ -37,7 +37,7 @@ def read_yaml(text: str) -> Any:
 
 
 SECTIONS = {"search": SearchConfig, "policy": PolicyConfig, "reward": RewardConfig, "data": DataConfig}
-TOP_LEVEL = ("output", "concurrency", "save_trees", "num_threads", "policy_model_type", "reward_model_type")
+TOP_LEVEL = ("output", "concurrency", "save_trees", "torch_threads", "num_threads", "policy_model_type", "reward_model_type")
 # The output file a recipe's `store_path` (a folder) gets.
 STORE_PATH_FILE = "results.jsonl"
 
