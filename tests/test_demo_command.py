@@ -53,7 +53,12 @@ def test_demo_with_seeds_says_so_and_shows_the_spread(tmp_path, capsys):
     assert main([*argv, "--seeds", "0,1"]) == 0
     printed = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(printed) if line.startswith("| method"))
-    assert printed[header - 1] == "ets demo: 2 problems, width 2, 2 seeds (0, 1): mean ± sd over seeds"
+    from ets.app.demo import demo_jobs
+
+    jobs = demo_jobs()   # the default: one run per core (at most 4), said in the header
+    shared = f"; {jobs} runs at a time (wall times are of runs sharing the CPU; --jobs 1 for runs alone)"
+    assert printed[header - 1] == ("ets demo: 2 problems, width 2, 2 seeds (0, 1): mean ± sd over seeds"
+                                   + (shared if jobs > 1 else ""))
     assert "KV size/problem (ETS code's metric)" in printed[header]
     for m in ("best_of_n", "rebase"):
         row = next(line for line in printed if line.startswith(f"| {m} | 2 |"))

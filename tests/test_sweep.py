@@ -113,3 +113,30 @@ def test_each_pair_frees_the_last_pairs_models_before_building_its_own(tmp_path,
     finally:
         gc.enable()
     assert len(built) == 3 and all(ref() is None for ref in built)
+
+
+def _records(folder: Path) -> dict[str, list]:
+    """Each run's records without their timings (the one thing jobs may change)."""
+    out = {}
+    for f in sorted(folder.glob("*.jsonl")):
+        rows = [json.loads(l) for l in f.read_text().splitlines()]
+        out[f.name] = sorted(({k: v for k, v in r.items() if k != "wall_time"} for r in rows), key=lambda r: r["id"])
+    return out
+
+
+def test_two_jobs_write_what_one_process_writes(tmp_path, capsys):
+    """--jobs 2: the four runs go two at a time in spawned processes, with the same records,
+    table rows and files as one process running them in turn; each run's config says the
+    threads it ran with; an error in a job is the same one-line error, exit 2."""
+    alone, jobs = tmp_path / "alone", tmp_path / "jobs"
+    assert sweep(alone) == 0 and sweep(jobs, "--jobs", "2") == 0
+    assert _records(alone) == _records(jobs) and len(_records(jobs)) == 4
+    cols = ("method", "width", "accuracy", "kv_size_per_problem", "generated_tokens")
+    table = [[r[c] for c in cols] for r in csv.DictReader((jobs / "table.csv").open())]
+    assert table == [[r[c] for c in cols] for r in csv.DictReader((alone / "table.csv").open())]
+    threads = json.loads((jobs / "beam_w2.config.json").read_text())["recorded"]["torch_threads"]
+    assert threads == max(1, (__import__("os").cpu_count() or 1) // 2)
+    capsys.readouterr()
+    assert sweep(tmp_path / "bad", "policy.model=/no/such/model", "--jobs", "2") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "/no/such/model" in err[0], err

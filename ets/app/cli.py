@@ -117,17 +117,19 @@ def _eval(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import time
 
-    from ets.app.demo import demo_title, run_demo
+    from ets.app.demo import demo_jobs, demo_title, run_demo
     from ets.app.report import markdown_table
     from ets.app.sweep import parse_methods, parse_seeds
 
     methods = _distinct(parse_methods(args.methods), "--methods")
     seeds = _distinct(parse_seeds(args.seeds), "--seeds") if args.seeds is not None else None
+    jobs = args.jobs or (1 if args.workers > 1 or args.ray_address else demo_jobs())
     start = time.perf_counter()
     rows = run_demo(args.width, args.problems, args.out, methods, args.backend, show_progress=not args.quiet,
-                    overwrite=args.overwrite, workers=args.workers, ray_address=args.ray_address, seeds=seeds)
+                    overwrite=args.overwrite, workers=args.workers, ray_address=args.ray_address, seeds=seeds,
+                    jobs=jobs)
     print()
-    print(demo_title(rows, args.width, seeds))
+    print(demo_title(rows, args.width, seeds, jobs))
     print(markdown_table(rows))
     print(f"\nresults, table.md/.csv and methods.png in {args.out}/ ({time.perf_counter() - start:.0f}s)")
     return 0
@@ -151,7 +153,7 @@ def _sweep(args: argparse.Namespace) -> int:
     check_outputs(sweep_configs(config, methods, widths, out, seeds), load_problems(config.data),
                   overwrite=args.overwrite, way_out="pass another --out folder, or --overwrite to start it afresh")
     rows = run_sweep(config, methods, widths, out, show_progress=not args.quiet, workers=args.workers,
-                     ray_address=args.ray_address, seeds=seeds)
+                     ray_address=args.ray_address, seeds=seeds, jobs=args.jobs)
     print()
     print(markdown_table(rows))
     for line in relative_to_rebase(rows):
@@ -206,9 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
                              help="join this Ray cluster (e.g. auto, or HOST:6379 from `ray start --head`); "
                                   "default with --workers: a local Ray, started and stopped with the run")
 
+    jobs_help = ("runs at a time, each in its own process with its own models, the cores shared out as torch "
+                 "threads; records do not depend on it, wall times do (runs share the CPU)")
     p = sub.add_parser("demo", parents=[common, overwrite, distributed],
                        help="every method on the bundled demo models and task; prints one table")
-    # The defaults take about 4.4 minutes on a 2-core CPU (demo solutions are 12-20 steps);
     # docs/RESULTS.md has W=64 on more problems.
     p.add_argument("--width", type=int, default=8, help="search width W (default 8)")
     p.add_argument("--problems", type=int, default=10, help="demo test problems to search (default 10)")
@@ -220,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated search seeds: every method runs once per seed (files "
                         "<method>_w<width>_s<seed>.jsonl) and the table shows mean ± sd over them (default 0,1,2; "
                         "one seed, e.g. --seeds 0, writes <method>_w<width>.jsonl)")
+    p.add_argument("--jobs", type=_positive, default=None, metavar="N",
+                   help=jobs_help + " (default: one per core, at most 4; --jobs 1 for timings of runs alone)")
     p.set_defaults(func=_demo)
 
     p = sub.add_parser("run", parents=[common, overwrite, distributed], help="search every problem of a dataset; resumable JSONL output")
@@ -241,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "<method>_w<width>_s<seed>.jsonl) and the table shows mean ± sd over them; default: the config's "
                         "seed alone (files <method>_w<width>.jsonl)")
     p.add_argument("--out", help="output folder (default: <config output folder>/sweep)")
+    p.add_argument("--jobs", type=_positive, default=1, metavar="N", help=jobs_help + " (default 1: runs alone)")
     p.add_argument("overrides", nargs="*", help="key=value overrides")
     p.set_defaults(func=_sweep)
 

@@ -21,6 +21,7 @@ width and the seeds.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -50,12 +51,14 @@ def run_demo(
     workers: int = 1,
     ray_address: str | None = None,
     seeds: Sequence[int] | None = None,
+    jobs: int = 1,
 ) -> list[dict[str, Any]]:
     """Run each method (a one-width sweep) once per seed (default: the demo config's);
     returns one table row per method (means over the seeds, ets/app/sweep.py
     `aggregate_seeds`) and writes results, table and plot into `out`. With `overwrite`,
     the old results in `out` go first. `workers` / `ray_address`: each method's problems
-    sharded over Ray workers (ets/app/distributed.py)."""
+    sharded over Ray workers (ets/app/distributed.py). `jobs`: runs at a time, one
+    process each (ets/app/sweep.py `run_in_jobs`)."""
     from ets.app.output import check_outputs
     from ets.app.sweep import run_sweep, sweep_configs
     from ets.data import load_problems
@@ -67,18 +70,32 @@ def run_demo(
     check_outputs(sweep_configs(config, methods, [width], Path(out), seeds), load_problems(config.data),
                   overwrite=overwrite, way_out=f"pass another --out folder, or --overwrite to start {str(out)!r} afresh")
     return run_sweep(config, methods, [width], out, show_progress=show_progress, title=f"ets demo, W={width}",
-                     workers=workers, ray_address=ray_address, seeds=seeds)
+                     workers=workers, ray_address=ray_address, seeds=seeds, jobs=jobs)
 
 
-def demo_title(rows: Sequence[dict[str, Any]], width: int, seeds: Sequence[int] | None = None) -> str:
-    """The line above the demo's table: problems, width, seeds, e.g.
-    `ets demo: 50 problems, width 16, 3 seeds (0, 1, 2): mean ± sd over seeds`."""
+# Runs at a time by default (the CLI's --jobs help says 4): each holds its own models and
+# two KV pools (~2.5 GB).
+DEMO_MAX_JOBS = 4
+
+
+def demo_jobs() -> int:
+    """`ets demo`'s default runs at a time: one per core (each on one torch thread, the
+    demo config's `torch_threads`), at most DEMO_MAX_JOBS."""
+    return max(1, min(os.cpu_count() or 1, DEMO_MAX_JOBS))
+
+
+def demo_title(rows: Sequence[dict[str, Any]], width: int, seeds: Sequence[int] | None = None, jobs: int = 1) -> str:
+    """The line above the demo's table: problems, width, seeds, and how many runs shared
+    the CPU, e.g. `ets demo: 50 problems, width 16, 3 seeds (0, 1, 2): mean ± sd over
+    seeds; 2 runs at a time (wall times are of runs sharing the CPU; --jobs 1 for runs alone)`."""
     counts = sorted({r["problems"] for r in rows if r.get("problems") is not None})
     problems = "?" if not counts else str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     seeds = list(seeds) if seeds is not None else [demo_config().search.seed]
     spread = ": mean ± sd over seeds" if len(seeds) > 1 else ""
+    shared = f"; {jobs} runs at a time (wall times are of runs sharing the CPU; --jobs 1 for runs alone)" \
+        if jobs > 1 else ""
     return (f"ets demo: {problems} problems, width {width}, {len(seeds)} seed{'s' if len(seeds) != 1 else ''} "
-            f"({', '.join(map(str, seeds))}){spread}")
+            f"({', '.join(map(str, seeds))}){spread}{shared}")
 
 
 def prm_scores(model, tok, questions: Sequence[str], trajectories: Sequence[Sequence[Sequence[str]]],

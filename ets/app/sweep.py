@@ -11,6 +11,11 @@ seeds existed still resume. The table then has one row per pair: the mean over s
 every numeric column, with `<column>_sd` (sample standard deviation), `<column>_min` and
 `<column>_max` beside it, `seeds` (how many) and `seed_list`; `table_runs.csv` has the
 per-seed rows (a `seed` column) the means are made of.
+
+With `jobs` > 1, that many runs go at once, each in its own process (spawned, with its own
+models) with the machine's cores shared out as torch threads (unless the config sets
+`torch_threads`). A run's records do not depend on it; its wall time and throughput do (it
+shares the CPU), which is why the default is one run at a time.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -119,12 +125,14 @@ def run_sweep(
     workers: int = 1,
     ray_address: str | None = None,
     seeds: Sequence[int] | None = None,
+    jobs: int = 1,
 ) -> list[dict[str, Any]]:
     """Run every pair (methods x widths) once per seed (default: the config's seed);
     returns the table rows (one per pair, means over seeds: `aggregate_seeds`), writes
     table and plots. With `workers` > 1 or a `ray_address`, each run is on that many Ray
     workers (fresh ones per run, loading their own models); one Ray session serves the
-    whole sweep. `title` starts the plots' titles (default "ets sweep")."""
+    whole sweep. With `jobs` > 1, that many runs at once, one process each (`run_in_jobs`).
+    `title` starts the plots' titles (default "ets sweep")."""
     from ets.app.report import markdown_table, plot_methods, plot_sweep, plot_title, write_csv
     from ets.app.run import build_reward_for, run
     from ets.policy.build import build_policy
@@ -134,6 +142,11 @@ def run_sweep(
     configs = sweep_configs(base, methods, widths, out, seeds)  # validate all first
     runs, reward, policy = [], None, None
     distributed = workers > 1 or ray_address is not None
+    if jobs > 1 and distributed:
+        raise ConfigError(f"--jobs {jobs} and --workers/--ray-address both share out the machine; use one of them")
+    if jobs > 1:
+        runs = [pair_row(c, s) for c, s in zip(configs, run_in_jobs(configs, jobs, show_progress))]
+        configs = []
     with _ray_for(base, workers, ray_address, show_progress) if distributed else contextlib.nullcontext():
         for config in configs:
             if distributed:
@@ -212,6 +225,49 @@ def aggregate_seeds(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         row["seed_list"] = ",".join(str(r["seed"]) for r in group)
         rows.append(row)
     return rows
+
+
+def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = True) -> list[dict[str, Any]]:
+    """Each run's summary, in the order given, `jobs` runs at a time, each in a fresh
+    spawned process with its own models; the first error stops the rest (finished runs
+    and the records written so far stay, so the same command resumes)."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    from tqdm import tqdm
+
+    jobs = min(jobs, len(configs))
+    threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
+    configs = [c if c.torch_threads is not None else dataclasses.replace(c, torch_threads=threads) for c in configs]
+    bar = tqdm(total=len(configs), unit="run", desc=f"{jobs} runs at a time") if show_progress else None
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_job, c) for c in configs]
+        try:
+            for done in cf.as_completed(futures):
+                if done.exception() is not None:
+                    raise done.exception()
+                if bar is not None:
+                    bar.update(1)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        return [f.result() for f in futures]
+
+
+def _job(config: RunConfig) -> dict[str, Any]:
+    """One run of `run_in_jobs`, in its own process: its models, its search, its summary."""
+    from ets.app.run import run
+
+    try:
+        return run(config, show_progress=False)
+    finally:
+        # The run's models sit in reference cycles (see run_sweep) and this process takes
+        # the next run: free its KV pools now, not at the collector's next whim.
+        gc.collect()
 
 
 def _number(value: Any) -> bool:
