@@ -168,6 +168,16 @@ class EngineBackend:
         self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()
         self._stats = {"computed_tokens": 0, "cache_hit_tokens": 0, "forward_calls": 0, "memo_rows": 0}
 
+    def clear_cache(self) -> None:
+        """Forget every memoised row and the engine's unlocked cache (when the engine is
+        this backend's own) and zero the counters: the next call starts cold, as a fresh
+        backend would (benchmarks that repeat a workload on one object)."""
+        self._rows.clear()
+        self._stats = dict.fromkeys(self._stats, 0)
+        if self.owns_engine:
+            self.engine.evict()
+            self.engine.reset_stats()
+
     def stats(self) -> dict[str, Any]:
         s = self.engine.stats()
         return {**self._stats, "pool_kv_tokens": int(s["pool_kv_tokens"]), "peak_kv_tokens": int(s["peak_kv_tokens"]),
