@@ -236,6 +236,8 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
 
     from tqdm import tqdm
 
+    if not configs:
+        return []
     jobs = min(jobs, len(configs))
     threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
     configs = [c if c.torch_threads is not None else dataclasses.replace(c, torch_threads=threads) for c in configs]
