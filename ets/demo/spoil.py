@@ -22,7 +22,7 @@ from ets.demo.task import Problem
 
 def _nudge(number: str, rng: random.Random) -> str:
     """A near miss: one digit off by one, or two neighbouring digits swapped (never a
-    leading zero or 0, never the number itself)."""
+    leading zero, never the number itself)."""
     while True:
         digits = list(number)
         j = rng.randrange(len(digits))
@@ -31,7 +31,7 @@ def _nudge(number: str, rng: random.Random) -> str:
         else:
             digits[j] = str((int(digits[j]) + rng.choice((1, 9))) % 10)
         out = "".join(digits)
-        if out != number and out[0] != "0":   # no leading zero; a lone 0 is no near miss either
+        if out != number and (len(out) == 1 or out[0] != "0"):
             return out
 
 
@@ -95,24 +95,17 @@ def _spoil_product(p: Problem, eq, rng: random.Random) -> str | None:
 def spoil(p: Problem, step: str, rng: random.Random, before: Sequence[str] = ()) -> str:
     """One wrong version of a reference step that follows the steps `before`, of the kinds
     the policy makes: a product of the wrong numbers (`_spoil_product`), a sum or a last
-    operation on a value never computed (an operand a digit off, right arithmetic) or on
-    another value the solution computed (a part used twice, the wrong subtotal), or a
+    operation on a value never computed (an operand a digit off, right arithmetic), or a
     result a digit off (a slip in a product, a carry or a borrow; on the answer step, a
     wrong answer). Drawn again until the checker rejects it after `before`."""
     eq = parse_equation(step)
     while True:
         r = rng.random()
         bad = None
-        if eq is not None and eq.op == "*" and r < 0.8:
+        if eq is not None and eq.op == "*" and r < 0.6:
             bad = _spoil_product(p, eq, rng)
-        elif eq is not None and eq.op in "+-/" and r < 0.6:
-            earlier = [e.c for e in map(parse_equation, before) if e is not None and e.c not in (eq.a, eq.b)]
-            if earlier and rng.random() < 0.4:
-                # another value the solution has computed in place of one operand: a part
-                # counted twice, or the wrong subtotal (right arithmetic, wrong quantity)
-                other = rng.choice(earlier)
-                a, b = (other, eq.b) if rng.random() < 0.5 else (eq.a, other)
-            elif rng.random() < 0.5:
+        elif eq is not None and eq.op in "+-/" and r < 0.35:
+            if rng.random() < 0.5:
                 a, b = int(_nudge(str(eq.a), rng)), eq.b
             else:
                 a, b = eq.a, int(_nudge(str(eq.b), rng))
