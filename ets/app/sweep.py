@@ -146,9 +146,8 @@ def run_sweep(
         raise ConfigError(f"--jobs {jobs} and --workers/--ray-address both share out the machine; use one of them")
     if jobs > 1:
         runs = [pair_row(c, s) for c, s in zip(configs, run_in_jobs(configs, jobs, show_progress))]
-        configs = []
     with _ray_for(base, workers, ray_address, show_progress) if distributed else contextlib.nullcontext():
-        for config in configs:
+        for config in configs if jobs == 1 else ():
             if distributed:
                 summary = run(config, show_progress=show_progress, workers=workers, ray_address=ray_address)
                 runs.append(pair_row(config, summary))
@@ -239,15 +238,14 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
     if not configs:
         return []
     jobs = min(jobs, len(configs))
-    threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
+    threads = max(1, (os.cpu_count() or 1) // jobs)
     configs = [c if c.torch_threads is not None else dataclasses.replace(c, torch_threads=threads) for c in configs]
     bar = tqdm(total=len(configs), unit="run", desc=f"{jobs} runs at a time") if show_progress else None
     with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_job, c) for c in configs]
         try:
             for done in cf.as_completed(futures):
-                if done.exception() is not None:
-                    raise done.exception()
+                done.result()  # a job's error, raised here
                 if bar is not None:
                     bar.update(1)
         except BaseException:

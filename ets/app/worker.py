@@ -47,8 +47,9 @@ class Worker:
         from ets.policy.build import build_policy
         from search import build as build_strategy
 
-        if config.torch_threads or self.threads:  # the config's figure, else this worker's cores
-            torch.set_num_threads(config.torch_threads or self.threads)
+        threads = config.torch_threads or self.threads  # the config's figure, else this worker's cores
+        if threads:
+            torch.set_num_threads(threads)
         try:
             from transformers.utils import logging as hf_logging
 
