@@ -43,6 +43,10 @@ class SlotTable:
     def write(self, row: int, start: int, slots: torch.Tensor) -> None:
         self.rows[row, start:start + slots.numel()] = slots
 
+    def write_many(self, rows: torch.Tensor, cols: torch.Tensor, slots: torch.Tensor) -> None:
+        """rows[rows[i], cols[i]] = slots[i] for every i (one indexed write)."""
+        self.rows.index_put_((rows, cols), slots)
+
     def _grow(self, n_rows: int, width: int) -> None:
         bigger = torch.zeros((n_rows, width), dtype=torch.long, device=self.device)
         bigger[: self.rows.shape[0], : self.rows.shape[1]] = self.rows
