@@ -105,12 +105,18 @@ class AttentionGroup:
             self._masks[window] = allowed[:, None]
         return self._masks[window]
 
-    def bias(self, window: int | None) -> torch.Tensor:
-        """Decode: the mask as an additive bias [1, B, 1, Lmax] (0 or -inf) for scores laid
-        out [Hkv, B, rep, Lmax]."""
-        key = ("bias", window)
+    def bias(self, window: int | None, width: int | None = None) -> torch.Tensor:
+        """Decode: the mask as an additive bias [1, B, 1, width] (0 or -inf) for scores laid
+        out [Hkv, B, rep, width]; `width` >= Lmax (default Lmax): the columns past a
+        sequence's position are -inf like any other it may not attend."""
+        width = width or self.kv_slots.shape[1]
+        key = ("bias", window, width)
         if key not in self._masks:
-            allowed = self.mask(window)[:, 0]  # [B, 1, Lmax]
+            cols = torch.arange(width, device=self.kv_slots.device)
+            pos = self.q_pos[:, :, None]  # decode: [B, 1, 1]
+            allowed = cols <= pos
+            if window is not None:
+                allowed = allowed & (cols > pos - window)
             zeros = torch.zeros(allowed.shape, device=allowed.device)
             self._masks[key] = zeros.masked_fill_(~allowed, float("-inf"))[None]
         return self._masks[key]
@@ -199,11 +205,14 @@ def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_poo
             d.kv.compact("ctx", layer, (kv_heads, c.old_rows, d.cap, dim), (kv_heads, n_seq, d.cap, dim), c.keep)
         k[:, d.rows, d.cols] = new_kv[0]
         v[:, d.rows, d.cols] = new_kv[1]
-    length = group.kv_slots.shape[1]
-    k, v = k[:, :, :length], v[:, :, :length]
+    # The matmuls run over every column of the buffers (cap >= Lmax; those past a
+    # sequence's position are masked): sliced to Lmax, K and V are no longer contiguous
+    # and CPU matmul falls back to one small product per (kv head, sequence), 2-3x slower
+    # at a few hundred sequences than the extra columns (at most HEADROOM) cost.
+    width = k.shape[2]
     scaling = dim ** -0.5 if scaling is None else scaling
     q4 = (q * scaling).view(n_seq, kv_heads, heads // kv_heads, dim).transpose(0, 1)  # [Hkv, B, rep, D]
-    scores = torch.matmul(q4, k.transpose(-1, -2)) + group.bias(window)                # [Hkv, B, rep, L]
+    scores = torch.matmul(q4, k.transpose(-1, -2)) + group.bias(window, width)         # [Hkv, B, rep, W]
     probs = scores.float().softmax(dim=-1).to(q.dtype)
     out = torch.matmul(probs, v)                                                        # [Hkv, B, rep, D]
     return out.transpose(0, 1).reshape(n_seq, heads, dim)

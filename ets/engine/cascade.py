@@ -45,7 +45,7 @@ class CascadeMeta:
     pre_slots: torch.Tensor     # [C, Pmax] slots of each cluster's shared prefix
     pre_bias_seq: torch.Tensor  # [1, B, 1, Pmax] 0 where j < P_(cluster of b), else -inf
     own_slots: torch.Tensor     # [B, cap >= Smax] slots of each sequence's own positions P_b..
-    own_bias: torch.Tensor      # [1, B, 1, Smax] 0 where j < S_b (always >= 1: the new token)
+    own_bias: torch.Tensor      # [1, B, 1, cap] 0 where j < S_b (always >= 1: the new token)
     own_cols: torch.Tensor      # [B] own column of each new token (S_b - 1)
     dst: torch.Tensor           # [B] index of sequence b in the [C * Gmax] cluster layout
     g_max: int
@@ -74,7 +74,7 @@ def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of
     cols = (shared_t[:, None] + j).clamp(max=table.shape[1] - 1)  # beyond S_b: stale, masked
     own_slots = table[rows[:, None], cols]
     own_t = torch.tensor(own, device=device)
-    own_bias = _bias(j[:s_max] < own_t[:, None])
+    own_bias = _bias(j < own_t[:, None])  # every own column (see attention._attend_decode)
     dst = torch.tensor([c * g_max + g for c, g in zip(cluster_of, member_of)], device=device)
     return CascadeMeta(pre_slots, pre_bias, own_slots, own_bias, own_t - 1, dst, g_max)
 
@@ -94,7 +94,6 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     kv_heads = k_pool.shape[0]
     rep = heads // kv_heads
     n_clusters, p_max = meta.pre_slots.shape
-    s_max = meta.own_bias.shape[-1]
     cg = n_clusters * meta.g_max
     scaling = dim ** -0.5 if scaling is None else scaling
     q4 = (q * scaling).view(n_seq, kv_heads, rep, dim).transpose(0, 1)  # [Hkv, B, rep, D]
@@ -105,13 +104,14 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     s_pre = torch.matmul(qc.view(kv_heads, n_clusters, -1, dim), k_pre.transpose(-1, -2))
     s_pre = s_pre.view(kv_heads, cg, rep, p_max).index_select(1, meta.dst)  # [Hkv, B, rep, Pmax]
 
-    # own scores [Hkv, B, rep, Smax]
-    s_own = torch.matmul(q4, k_own[:, :, :s_max].transpose(-1, -2))
+    # own scores [Hkv, B, rep, cap]: every column of the (contiguous) buffers, those past
+    # S_b masked, as in attention._attend_decode
+    s_own = torch.matmul(q4, k_own.transpose(-1, -2))
 
     scores = torch.cat([s_pre + meta.pre_bias_seq, s_own + meta.own_bias], dim=-1)
     probs = scores.float().softmax(dim=-1).to(q.dtype)
     p_pre, p_own = probs.split([p_max, probs.shape[-1] - p_max], dim=-1)
-    out = torch.matmul(p_own, v_own[:, :, :s_max])  # [Hkv, B, rep, D]
+    out = torch.matmul(p_own, v_own)  # [Hkv, B, rep, D]
 
     pc = p_pre.new_zeros(kv_heads, cg, rep, p_max).index_copy_(1, meta.dst, p_pre)
     out_pre = torch.matmul(pc.view(kv_heads, n_clusters, -1, p_max), v_pre)
