@@ -18,9 +18,10 @@ thread in fp32 on an AVX512-BF16 CPU; `--threads 1 --no-bf16` for the slow exact
 3. PRM data: the policy samples solutions (temperature 1.0, on the KV engine:
    ets/app/samples.py) to fresh train-split problems; the step checker labels every
    step. Added: reference solutions twice, clean and with one step spoiled the ways the
-   policy goes wrong (another item's count, a digit or a place of the price misread, the
-   item restated wrongly alike, a sum of a value never computed, a result a digit off)
-   and the steps after it built on the mistake (ets/demo/spoil.py).
+   policy goes wrong (a count paired with another item's part, a count no item has,
+   another item's count, a digit or a place of the price misread, the item restated
+   wrongly alike, a sum of a value never computed, a result a digit off) and the steps
+   after it built on the mistake (ets/demo/spoil.py).
 4. PRM: the policy plus 2 decoder layers that start as the identity (see `deepen`),
    trained so that the logits at each " ки" tag of question + " " + step_1 + " ки\n" + ...
    predict "+" (good step) or "-" (bad step), plus the LM loss on the tokens of the correct
