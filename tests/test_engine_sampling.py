@@ -109,3 +109,47 @@ def test_a_request_with_its_own_seed_samples_the_same_anywhere(model_tok):
         engine.expand([(prompt, 1, "42")])
     with pytest.raises(ValueError, match="token_ids, n"):
         engine.expand([(prompt,)])
+
+
+def _sentencepiece_like_tokenizer():
+    """A Metaspace BPE tokenizer: its decoder drops a lone token's leading space ("▁the"
+    alone decodes to "the"), as SentencePiece vocabularies (Llama, Mistral) do."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE(unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Metaspace()
+    core.decoder = decoders.Metaspace()
+    corpus = ["the cat sat on the mat. ки\n", "a b c d, e f g!\n", "7 * 40 = 280 ки 280 + 6 = 286 ки\n"] * 20
+    core.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>"], show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>")
+
+
+@pytest.mark.parametrize("which", ["tiny", "sentencepiece"])
+@pytest.mark.parametrize("strings", [("\n",), (" ",), ("ки",), ("at", "= 2"), ("é",)])
+def test_stop_strings_stop_at_the_token_where_they_first_appear(model_tok, which, strings):
+    """StopStrings decodes only after tokens that could complete a string (token_flags);
+    it must stop exactly where decoding after every token would."""
+    import random
+
+    from ets.engine.sampling import StopStrings
+
+    tok = model_tok[1] if which == "tiny" else _sentencepiece_like_tokenizer()
+    stop = StopStrings(tok, strings)
+    rng = random.Random(0)
+    stops = 0
+    for _ in range(300):
+        tokens = [rng.randrange(len(tok)) for _ in range(30)]
+        if rng.random() < 0.5:  # half of them with a string written in, between other text
+            text = rng.choice(["the ", "7 * 4", "mat"]) + rng.choice(strings) + rng.choice([" cat", "0 = 2", "\n"])
+            written = tok.encode(text, add_special_tokens=False)
+            at = rng.randrange(30 - len(written))
+            tokens[at:at + len(written)] = written
+        expected = next((t for t in range(1, 31) if any(
+            s in tok.decode(tokens[:t][-stop.window:], skip_special_tokens=False) for s in strings)), None)
+        got = next((t for t in range(1, 31) if stop.found(tokens[:t])), None)
+        assert got == expected, (tokens, got, expected)
+        stops += expected is not None
+    # the rule is exercised (the Metaspace vocabulary has no "é" and no byte fallback)
+    assert stops > 50 or (which, strings) == ("sentencepiece", ("é",))
+    assert sum(stop.flags) < len(stop.flags) or strings == (" ",)  # and it filters

@@ -20,7 +20,7 @@ from ets.engine.pool import KVPool
 from ets.engine.prefix import shared_prefixes
 from ets.engine.radix import RadixNode, RadixTree
 from ets.engine.runner import ModelRunner
-from ets.engine.sampling import SamplingParams, StopChecker, make_generator, sample_rows, stop_flags
+from ets.engine.sampling import SamplingParams, StopChecker, make_generator, sample_rows
 from ets.engine.scheduler import Plan, Scheduler
 from ets.engine.sequence import Seq
 from ets.engine.table import SlotTable
@@ -83,7 +83,6 @@ class Engine:
         self.scheduler.relieve = self._spill_oldest
         self._next_handle = 0
         self._inflight: list[Seq] = []      # the sequences of the running expand() call
-        self._flags: dict[tuple, list[bool]] = {}
         self.eos_ids = eos_token_ids(model, tokenizer)
 
     @classmethod
@@ -224,12 +223,7 @@ class Engine:
     def _seqs(self, requests: list[Request], params: SamplingParams, seed: int | None, lock: bool) -> list[Seq]:
         if seed is None and any(r.seed is None for r in requests):  # reproducible under torch.manual_seed
             seed = int(torch.randint(0, 2**31 - 1, ()).item())
-        flags = None
-        if params.stop_strings and self.tokenizer is not None:
-            if params.stop_strings not in self._flags:
-                self._flags[params.stop_strings] = stop_flags(self.tokenizer, params.stop_strings)
-            flags = self._flags[params.stop_strings]
-        stopper = StopChecker(params, self.eos_ids, self.tokenizer, flags)
+        stopper = StopChecker(params, self.eos_ids, self.tokenizer)
         seqs = []
         for token_ids, n, own_seed in requests:
             if not token_ids:

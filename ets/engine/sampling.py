@@ -9,6 +9,7 @@ Filtering follows `transformers`' order: temperature, then top-k, then top-p.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -93,16 +94,23 @@ class StopStrings:
     Checked after every new token, so the first appearance stops: a string has appeared
     once the decoded text of the last `window` tokens contains it. A window of 4 tokens per
     character of the longest string (+4) covers byte-level tokenizers, where one character
-    may take up to 4 tokens, without decoding the whole output each time.
+    may take up to 4 tokens, without decoding the whole output each time. Only a token
+    whose own text could complete a string decodes anything (`token_flags`): a string
+    first appears at the token that writes its last character, so the others cannot.
     """
 
     def __init__(self, tokenizer, strings: Sequence[str]):
         self.tokenizer = tokenizer
         self.strings = tuple(strings)
         self.window = 4 * max((len(s) for s in self.strings), default=0) + 4
+        self.flags = _cached_flags(tokenizer, self.strings) if self.strings else []
 
     def found(self, tokens: Sequence[int]) -> bool:
-        """Whether one of the strings appears in the text of the last `window` tokens."""
+        """Whether one of the strings appears in the text of the last `window` tokens,
+        completed by the last of them (checked after every token, where it first appears)."""
+        tok = tokens[-1]
+        if tok < len(self.flags) and not self.flags[tok]:
+            return False
         tail = self.tokenizer.decode(list(tokens[-self.window:]), skip_special_tokens=False)
         return any(s in tail for s in self.strings)
 
@@ -111,20 +119,17 @@ class StopChecker:
     """Decides after each new token whether a sequence is done, and why.
 
     finish reasons: "eos" (an EOS token; kept in the output), "stop" (a stop token id or
-    a stop string; the tokens that complete it are kept), "length" (max_new_tokens).
-    A stop string is looked for as `StopStrings` says, and only after a token whose own
-    text could end it (it contains the string's last character or is a partial UTF-8
-    byte): most steps decode nothing.
+    a stop string, found as `StopStrings` says; the tokens that complete it are kept),
+    "length" (max_new_tokens).
     """
 
-    def __init__(self, params: SamplingParams, eos_ids: set[int], tokenizer=None, flags=None):
+    def __init__(self, params: SamplingParams, eos_ids: set[int], tokenizer=None):
         self.params = params
         self.eos_ids = set() if params.ignore_eos else set(eos_ids)
         self.stop_ids = set(params.stop_token_ids)
         if params.stop_strings and tokenizer is None:
             raise ValueError("stop strings need a tokenizer: pass tokenizer= to Engine.from_pretrained")
         self.strings = StopStrings(tokenizer, params.stop_strings) if params.stop_strings else None
-        self.flags = flags  # list[bool] per token id: may this token complete a stop string?
 
     def finish(self, new_tokens: list[int]) -> str | None:
         tok = new_tokens[-1]
@@ -132,17 +137,40 @@ class StopChecker:
             return "eos"
         if tok in self.stop_ids:
             return "stop"
-        if self.strings and (self.flags is None or tok >= len(self.flags) or self.flags[tok]):
-            if self.strings.found(new_tokens):
-                return "stop"
+        if self.strings is not None and self.strings.found(new_tokens):
+            return "stop"
         if len(new_tokens) >= self.params.max_new_tokens:
             return "length"
         return None
 
 
-def stop_flags(tokenizer, strings: tuple[str, ...]) -> list[bool]:
-    """Per token id: whether that token's text could complete one of `strings`."""
-    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=False)
+# token_flags per tokenizer and stop strings: computed once (a decode of the whole
+# vocabulary), shared by every engine call and step cutter on that tokenizer.
+_FLAGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _cached_flags(tokenizer, strings: tuple[str, ...]) -> list[bool]:
+    try:
+        per_tokenizer = _FLAGS.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that cannot be weakly referenced: not cached
+        return token_flags(tokenizer, strings)
+    if strings not in per_tokenizer:
+        per_tokenizer[strings] = token_flags(tokenizer, strings)
+    return per_tokenizer[strings]
+
+
+def token_flags(tokenizer, strings: tuple[str, ...]) -> list[bool]:
+    """Per token id: whether that token's text could complete one of `strings`: it holds
+    a string's last character, or a partial UTF-8 byte. A token's text is read both alone
+    and after another token (decode([a, i]) less decode([a])): some decoders drop a lone
+    token's leading space (SentencePiece's "▁" tokens), which after other text they keep."""
+    n = len(tokenizer)
+    alone = tokenizer.batch_decode([[i] for i in range(n)], skip_special_tokens=False)
+    anchor = next((i for i, t in enumerate(alone) if t.isalnum()), None)
+    after = alone
+    if anchor is not None:
+        head = alone[anchor]
+        pairs = tokenizer.batch_decode([[anchor, i] for i in range(n)], skip_special_tokens=False)
+        after = [t[len(head):] if t.startswith(head) else t for t in pairs]
     last = {s[-1] for s in strings}
-    loose = any(s[-1].isspace() for s in strings)  # some decoders drop a lone token's spaces
-    return [loose or "\ufffd" in t or any(ch in t for ch in last) for t in texts]
+    return ["\ufffd" in t or "\ufffd" in u or any(ch in t or ch in u for ch in last) for t, u in zip(alone, after)]
