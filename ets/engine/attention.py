@@ -90,6 +90,15 @@ class AttentionGroup:
     decode: DecodeMeta | None = None    # decode only: the kept gather buffers
     _masks: dict = field(default_factory=dict)
 
+    def _allowed(self, window: int | None, width: int) -> torch.Tensor:
+        """[B, Qmax, width] bool: column j may be attended from query (b, i)."""
+        cols = torch.arange(width, device=self.kv_slots.device)
+        pos = self.q_pos[:, :, None]
+        allowed = cols <= pos
+        if window is not None:
+            allowed = allowed & (cols > pos - window)
+        return allowed
+
     def mask(self, window: int | None) -> torch.Tensor:
         """[B, 1, Qmax, Lmax] bool, True = may attend. Built once per forward, shared by layers.
 
@@ -97,12 +106,7 @@ class AttentionGroup:
         all-False (SDPA would give NaN); their outputs are dropped anyway.
         """
         if window not in self._masks:
-            cols = torch.arange(self.kv_slots.shape[1], device=self.kv_slots.device)
-            pos = self.q_pos[:, :, None]
-            allowed = cols <= pos
-            if window is not None:
-                allowed = allowed & (cols > pos - window)
-            self._masks[window] = allowed[:, None]
+            self._masks[window] = self._allowed(window, self.kv_slots.shape[1])[:, None]
         return self._masks[window]
 
     def bias(self, window: int | None, width: int | None = None) -> torch.Tensor:
@@ -112,11 +116,7 @@ class AttentionGroup:
         width = width or self.kv_slots.shape[1]
         key = ("bias", window, width)
         if key not in self._masks:
-            cols = torch.arange(width, device=self.kv_slots.device)
-            pos = self.q_pos[:, :, None]  # decode: [B, 1, 1]
-            allowed = cols <= pos
-            if window is not None:
-                allowed = allowed & (cols > pos - window)
+            allowed = self._allowed(window, width)  # decode: [B, 1, width]
             zeros = torch.zeros(allowed.shape, device=allowed.device)
             self._masks[key] = zeros.masked_fill_(~allowed, float("-inf"))[None]
         return self._masks[key]

@@ -152,7 +152,8 @@ class Scheduler:
             n = min(len(seq.tokens) - seq.kv_len, budget)
             wants.append((seq, n))
             budget -= n
-        total = sum(n for _, n in wants)
+        sizes = [n for _, n in wants]
+        total = sum(sizes)
         if total <= self.allocator.n_free:
             # Enough free slots for everyone: one allocation and one table write for the
             # whole step (per sequence, they were most of the scheduler's time at a few
@@ -160,14 +161,14 @@ class Scheduler:
             # hand out, in the same order.
             slots = self._take(total)
             dev = slots.device
-            ns = torch.tensor([n for _, n in wants], dtype=torch.long, device=dev)
+            ns = torch.tensor(sizes, dtype=torch.long, device=dev)
             rows = torch.tensor([seq.row for seq, _ in wants], dtype=torch.long, device=dev)
             starts = torch.tensor([seq.kv_len for seq, _ in wants], dtype=torch.long, device=dev)
             # position of each new token: its sequence's start + its offset in the chunk
             skip = torch.repeat_interleave(torch.cumsum(ns, 0) - ns - starts, ns, output_size=total)
             self.table.write_many(torch.repeat_interleave(rows, ns, output_size=total),
                                   torch.arange(total, device=dev) - skip, slots)
-            for (seq, n), own in zip(wants, slots.split([n for _, n in wants])):
+            for (seq, _), own in zip(wants, slots.split(sizes)):
                 self._add_chunk(plan, seq, own)
             return plan
         # Short of slots: sequence by sequence, evicting and then preempting the youngest
