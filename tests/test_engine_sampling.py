@@ -29,29 +29,67 @@ def test_seeded_sampling_is_reproducible(model_tok, params):
     assert len({tuple(s) for s in samples}) > 1  # siblings differ
 
 
-def test_batched_sampling_draws_what_per_row_multinomial_draws():
-    """sample() batches the rows but keeps each row's stream: the tokens are those of
-    torch.multinomial on each row with its own generator, step after step."""
+def _splitmix_reference(x: int) -> int:
+    """SplitMix64 in Python integers (mod 2^64): what sampling._splitmix must compute."""
+    m = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & m
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    return x ^ (x >> 31)
+
+
+def test_uniforms_are_splitmix64_streams_read_at_their_position():
+    """The int64 tensor arithmetic (wrapping products, logical shifts) equals SplitMix64 on
+    Python integers, for seeds across the whole signed range."""
     import torch
 
-    from ets.engine.sampling import SamplingParams, make_generator, sample
+    from ets.engine.sampling import uniforms
+
+    seeds = [0, 1, 2, 7, 2**31 - 1, 2**62 + 5, 2**63 - 1, 123456789 * 1_000_003]
+    positions = [0, 1, 5, 100, 1023, 2**20, 3, 999_999]
+    got = uniforms(torch.tensor(seeds), torch.tensor(positions)).tolist()
+    m = (1 << 64) - 1
+    for s, t, u in zip(seeds, positions, got):
+        state = _splitmix_reference(s)
+        want = (_splitmix_reference((state + t * 0x9E3779B97F4A7C15) & m) >> 11) * 2.0 ** -53
+        assert u == want
+
+
+def test_batched_sampling_draws_each_row_from_its_own_stream_and_the_right_distribution():
+    """A row's token depends on its logits, seed and position only (not on the other rows
+    or their order), and over many seeds the draws follow the filtered softmax."""
+    import torch
+
+    from ets.engine.sampling import SamplingParams, sample
 
     logits = torch.randn(9, 300, generator=torch.Generator().manual_seed(0)) * 3
+    seeds, positions = [100 + b for b in range(9)], [40 + 3 * b for b in range(9)]
     for params in (SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=20, top_p=0.9)):
-        mine = [make_generator(100 + b, "cpu") for b in range(9)]
-        theirs = [make_generator(100 + b, "cpu") for b in range(9)]
-        for _ in range(3):
-            got = sample(logits, params, mine)
-            probs = (logits / params.temperature)
-            if params.top_k:
-                probs = probs.masked_fill(probs < torch.topk(probs, params.top_k).values[:, -1:], float("-inf"))
-                sorted_l, order = torch.sort(probs, descending=True)
-                p = sorted_l.softmax(-1)
-                sorted_l = sorted_l.masked_fill(p.cumsum(-1) - p > params.top_p, float("-inf"))
-                probs = torch.empty_like(probs).scatter_(-1, order, sorted_l)
-            probs = probs.softmax(-1)
-            want = [int(torch.multinomial(probs[b], 1, generator=theirs[b])) for b in range(9)]
-            assert got == want
+        got = sample(logits, params, seeds, positions)
+        order = [4, 0, 8, 2, 6, 1, 7, 3, 5]
+        shuffled = sample(logits[order], params, [seeds[b] for b in order], [positions[b] for b in order])
+        assert [got[b] for b in order] == shuffled
+        alone = [sample(logits[b:b + 1], params, [seeds[b]], [positions[b]])[0] for b in range(9)]
+        assert alone == got
+        assert sample(logits, params, seeds, [t + 1 for t in positions]) != got  # the next position differs
+
+    # Distribution: one row, 20,000 streams (consecutive seeds); the filtered-out tokens are never drawn and
+    # the frequencies of the kept ones match their probabilities (chi-square, 0.1% level).
+    row = torch.tensor([[2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -3.0, -8.0]])
+    params = SamplingParams(temperature=0.8, top_k=6, top_p=0.95)
+    n = 20_000
+    drawn = torch.tensor(sample(row.expand(n, -1), params, list(range(n)), [7] * n))
+    scaled = row[0] / params.temperature
+    kept = scaled.masked_fill(scaled < torch.topk(scaled, params.top_k).values[-1], float("-inf"))
+    p = kept.softmax(-1)
+    beyond = p.cumsum(-1) - p > params.top_p  # already sorted descending
+    p = kept.masked_fill(beyond, float("-inf")).softmax(-1)
+    counts = torch.bincount(drawn, minlength=8).double()
+    assert counts[p == 0].sum() == 0
+    expected = n * p[p > 0].double()
+    chi2 = ((counts[p > 0] - expected) ** 2 / expected).sum().item()
+    assert (p > 0).sum() == 4  # top-k dropped two tokens, top-p two more
+    assert chi2 < 16.3  # the 0.999 quantile of chi-square with 3 degrees of freedom
 
 
 def test_stop_strings_and_token_ids(model_tok):

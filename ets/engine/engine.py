@@ -20,7 +20,7 @@ from ets.engine.pool import KVPool
 from ets.engine.prefix import shared_prefixes
 from ets.engine.radix import RadixNode, RadixTree
 from ets.engine.runner import ModelRunner
-from ets.engine.sampling import SamplingParams, StopChecker, make_generator, sample_rows
+from ets.engine.sampling import SamplingParams, StopChecker, sample_rows
 from ets.engine.scheduler import Plan, Scheduler
 from ets.engine.sequence import Seq
 from ets.engine.table import SlotTable
@@ -50,7 +50,7 @@ class Request(NamedTuple):
 
 
 def sample_seed(seed: int, k: int) -> int:
-    """The generator seed of sample k under `seed` (k: the sample's index in its request
+    """The stream seed of sample k under `seed` (k: the sample's index in its request
     when the request has its own seed, else in the whole call)."""
     return (seed * 1_000_003 + k) % 2**63
 
@@ -181,8 +181,9 @@ class Engine:
     def _sample(plan: Plan, outputs: list[torch.Tensor]) -> list[int]:
         """The next token of each chunk in `plan.to_sample`, from its last output (logits)."""
         seqs = [plan.owners[i] for i in plan.to_sample]
+        # each draw is read at the new token's position in its sequence
         return sample_rows([outputs[i][-1] for i in plan.to_sample], [s.params for s in seqs],
-                           [s.generator for s in seqs])
+                           [s.seed for s in seqs], [len(s.tokens) for s in seqs])
 
     def _spill_oldest(self) -> bool:
         """Out of memory with every slot locked: unlock the oldest live handle, so its path
@@ -231,11 +232,10 @@ class Engine:
             self._check_length(len(token_ids) + params.max_new_tokens)
             for j in range(n):
                 if params.greedy:
-                    gen = None
+                    k = None
                 else:  # sample j of this request: by its own seed, else by its place in the call
                     k = sample_seed(seed, len(seqs)) if own_seed is None else sample_seed(own_seed, j)
-                    gen = make_generator(k, self.device)
-                seqs.append(Seq(list(token_ids), len(token_ids), params, stopper, gen, lock_result=lock))
+                seqs.append(Seq(list(token_ids), len(token_ids), params, stopper, k, lock_result=lock))
         return seqs
 
     def _check_length(self, n: int) -> None:

@@ -1,10 +1,15 @@
 """Sampling parameters, next-token sampling, and stop conditions.
 
-Every sequence has its own seeded `torch.Generator` (the engine derives its seed from the
-request's own seed and j, or from the call's seed and the sample's index in the call), so
-a sample depends only on that seed and the model: not on which other sequences shared its
-batch, nor on preemption or cache hits. Temperature 0 is greedy (argmax, no generator draw).
-Filtering follows `transformers`' order: temperature, then top-k, then top-p.
+Every sequence has its own random stream, keyed by its seed (the engine derives it from
+the request's own seed and j, or from the call's seed and the sample's index in the call)
+and read at the position of the token being drawn: the uniform for position t of seed s is
+SplitMix64's t-th output from the state splitmix(s) (counter-based, so no generator state
+to carry, and one batched op draws every row's). A sample thus depends only on that seed,
+its position and the model: not on which other sequences shared its batch, nor on
+preemption or cache hits. The token is the inverse CDF of that uniform: one random number
+per row, where the Gumbel-max trick would need one per vocabulary entry (152k per row for
+Qwen). Temperature 0 is greedy (argmax, nothing drawn). Filtering follows `transformers`'
+order: temperature, then top-k, then top-p.
 """
 
 from __future__ import annotations
@@ -41,14 +46,40 @@ class SamplingParams:
         return self.temperature == 0
 
 
-def make_generator(seed: int, device) -> torch.Generator:
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
-    return gen
+_WORD = 1 << 64
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator | None]) -> list[int]:
-    """One token per row of `logits` [B, V]; `generators[b]` draws row b's token."""
+def _int64(c: int) -> int:
+    """A 64-bit constant as the signed int64 torch stores (its arithmetic wraps mod 2^64)."""
+    return c - _WORD if c >= 1 << 63 else c
+
+
+_GOLDEN, _MIX1, _MIX2 = _int64(0x9E3779B97F4A7C15), _int64(0xBF58476D1CE4E5B9), _int64(0x94D049BB133111EB)
+
+
+def _shr(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic: it copies the sign bit)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
+def _splitmix(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's step and output function, elementwise (Steele et al., 2014)."""
+    x = x + _GOLDEN
+    x = (x ^ _shr(x, 30)) * _MIX1
+    x = (x ^ _shr(x, 27)) * _MIX2
+    return x ^ _shr(x, 31)
+
+
+def uniforms(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Float64 in [0, 1): the draw at `positions[b]` of the stream of `seeds[b]` (int64)."""
+    state = _splitmix(seeds)  # mixed first, so that neighbouring seeds' streams are unrelated
+    return _shr(_splitmix(state + positions * _GOLDEN), 11).double() * 2.0 ** -53
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, seeds: Sequence[int] | None,
+           positions: Sequence[int] | None) -> list[int]:
+    """One token per row of `logits` [B, V]: row b's is drawn at `positions[b]` of the
+    stream of `seeds[b]` (both unused when greedy)."""
     if params.greedy:
         return logits.argmax(dim=-1).tolist()
     logits = logits.float() / params.temperature
@@ -63,25 +94,31 @@ def sample(logits: torch.Tensor, params: SamplingParams, generators: list[torch.
         sorted_logits = sorted_logits.masked_fill(beyond, float("-inf"))
         logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)
     probs = logits.softmax(dim=-1)
-    # torch.multinomial(p, 1, generator=g) is argmax(p / E) with E ~ Exp(1) drawn from g
-    # (its one-sample path): drawing each row's noise from its own generator keeps every
-    # row's stream exactly what per-row multinomial drew, and the rest is one op for all.
-    noise = torch.empty_like(probs)
-    for b, gen in enumerate(generators):
-        noise[b].exponential_(generator=gen)
-    return (probs / noise).argmax(dim=-1).tolist()
+    dev = logits.device
+    u = uniforms(torch.tensor(seeds, dtype=torch.long, device=dev), torch.tensor(positions, dtype=torch.long, device=dev))
+    cdf = probs.double().cumsum(dim=-1)
+    # The first token whose cdf exceeds u * total: a token of probability 0 (filtered out)
+    # has the cdf of the one before it, so it is never the first to exceed it.
+    picked = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).clamp_(max=probs.shape[-1] - 1)
+    # u * total can round up to total itself: then the clamp lands on the last token,
+    # which may be filtered out; take the most likely one instead (probability ~2^-53).
+    dropped = probs.gather(-1, picked) == 0
+    picked = torch.where(dropped, probs.argmax(dim=-1, keepdim=True), picked)
+    return picked.squeeze(-1).tolist()
 
 
 def sample_rows(logits: Sequence[torch.Tensor], params: Sequence[SamplingParams],
-                generators: Sequence[torch.Generator | None]) -> list[int]:
-    """One token per row: row b is `logits[b]` [V], sampled under `params[b]` with
-    `generators[b]`. Rows with the same parameters are sampled as one batch."""
+                seeds: Sequence[int | None], positions: Sequence[int]) -> list[int]:
+    """One token per row: row b is `logits[b]` [V], sampled under `params[b]` at
+    `positions[b]` of the stream of `seeds[b]`. Rows with the same parameters are sampled
+    as one batch."""
     groups: dict[SamplingParams, list[int]] = {}
     for b, p in enumerate(params):
         groups.setdefault(p, []).append(b)
     tokens = [0] * len(logits)
     for p, rows in groups.items():
-        picked = sample(torch.stack([logits[b] for b in rows]), p, [generators[b] for b in rows])
+        picked = sample(torch.stack([logits[b] for b in rows]), p, [seeds[b] for b in rows],
+                        [positions[b] for b in rows])
         for b, tok in zip(rows, picked):
             tokens[b] = tok
     return tokens

@@ -48,7 +48,7 @@ class Seq:
     n_prompt: int
     params: SamplingParams | None = None     # None: a scoring sequence
     stopper: StopChecker | None = None
-    generator: torch.Generator | None = None
+    seed: int | None = None                  # its random stream (sampling.py); None: greedy
     positions: list[int] = field(default_factory=list)   # scoring: outputs wanted here
     outputs: list[torch.Tensor] = field(default_factory=list)
     lock_result: bool = False                # keep the finished path locked (expand)

@@ -8,11 +8,11 @@ engine cannot run.
 Sampling is per row, so a request's samples do not depend on the batch: `generate` runs
 greedily over the logits a `LogitsProcessor` (`_RowSampler`) leaves, which, for each row,
 draws the next token with the engine's own sampling function (`ets.engine.sampling.sample`:
-temperature, then top-k, then top-p, then a multinomial draw) from that row's own
-`torch.Generator`, seeded like the engine's (`ets.engine.engine.sample_seed(request seed,
-j)` for sample j), and masks every other token. So sample j of a request depends only on
-(its seed, j) and the model, as on the engine; and with equal logits both backends draw the
-same token (the logits of a padded batch and of the engine's packed one agree only to
+temperature, then top-k, then top-p, then an inverse-CDF draw) from that row's own random
+stream, seeded like the engine's (`ets.engine.engine.sample_seed(request seed, j)` for
+sample j) and read at the new token's position in its sequence, and masks every other
+token. So sample j of a request depends only on (its seed, j) and the model, as on the
+engine; and with equal logits both backends draw the same token (the logits of a padded batch and of the engine's packed one agree only to
 float precision, so they may part where a draw falls on a boundary). Temperature 0 is plain
 greedy decoding, with no processor. Nothing is drawn from torch's global generator.
 """
@@ -27,7 +27,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 
 from ets.config import PolicyConfig, SearchConfig
 from ets.engine.engine import sample_seed
-from ets.engine.sampling import SamplingParams, make_generator, sample
+from ets.engine.sampling import SamplingParams, sample
 from ets.models.load import load_causal_lm
 from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
 from ets.policy.steps import PromptsAndSteps, StepCutter, at_context, model_context, new_token_cap
@@ -37,7 +37,7 @@ class _Row(NamedTuple):
     request: int       # index of its request in the call
     sample: int        # j: which of the request's samples
     path: list[int]    # the request's token path
-    seed: int          # its generator's seed: sample_seed(request seed, j), as on the engine
+    seed: int          # its stream's seed: sample_seed(request seed, j), as on the engine
     cap: int           # new tokens it may generate (max_step_tokens, or what the context leaves)
 
 
@@ -57,15 +57,19 @@ class _StepStop(StoppingCriteria):
 
 
 class _RowSampler(LogitsProcessor):
-    """Samples each row's next token from its own generator (the engine's sampling rule)
-    and leaves only that token possible, so greedy decoding picks it."""
+    """Samples each row's next token from its own stream (the engine's sampling rule) and
+    leaves only that token possible, so greedy decoding picks it."""
 
-    def __init__(self, params: SamplingParams, generators: list[torch.Generator]):
+    def __init__(self, params: SamplingParams, seeds: list[int], lengths: list[int], width: int):
         self.params = params
-        self.generators = generators
+        self.seeds = seeds
+        self.lengths = lengths   # each row's path length (its tokens, without the padding)
+        self.width = width       # the padded prompt width: columns after it are generated
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        picked = torch.tensor(sample(scores, self.params, self.generators), device=scores.device)
+        done = input_ids.shape[1] - self.width  # tokens generated so far, in every row
+        positions = [n + done for n in self.lengths]
+        picked = torch.tensor(sample(scores, self.params, self.seeds, positions), device=scores.device)
         out = torch.full_like(scores, float("-inf"))
         out[torch.arange(scores.shape[0], device=scores.device), picked] = 0.0
         return out
@@ -107,7 +111,7 @@ class HFPolicy(PromptsAndSteps):
                     groups.setdefault(sampling, []).append(_Row(i, j, list(req.token_ids), sample_seed(seed, j), cap))
         for sampling, rows in groups.items():
             # Similar lengths together: less padding per batch (each row samples from its own
-            # generator, so which rows share a batch changes no token).
+            # stream, so which rows share a batch changes no token).
             rows = sorted(rows, key=lambda r: len(r.path))
             for start in range(0, len(rows), self.max_rows):
                 chunk = rows[start : start + self.max_rows]
@@ -130,7 +134,7 @@ class HFPolicy(PromptsAndSteps):
 
     @torch.no_grad()
     def _generate(self, rows: list[_Row], sampling: SamplingSettings) -> list[Step]:
-        """One `generate` over `rows`, each sampled from its own generator."""
+        """One `generate` over `rows`, each sampled from its own stream."""
         paths = [r.path for r in rows]
         caps = [r.cap for r in rows]
         width = max(len(p) for p in paths)
@@ -145,7 +149,7 @@ class HFPolicy(PromptsAndSteps):
         processors = LogitsProcessorList()
         if sampling.temperature > 0:
             params = SamplingParams(max(caps), sampling.temperature, sampling.top_p, sampling.top_k)
-            processors.append(_RowSampler(params, [make_generator(r.seed, device) for r in rows]))
+            processors.append(_RowSampler(params, [r.seed for r in rows], [len(p) for p in paths], width))
         output = self.model.generate(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
