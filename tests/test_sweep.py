@@ -140,3 +140,14 @@ def test_two_jobs_write_what_one_process_writes(tmp_path, capsys):
     assert sweep(tmp_path / "bad", "policy.model=/no/such/model", "--jobs", "2") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "/no/such/model" in err[0], err
+
+
+def test_runs_in_worker_processes_print_no_weight_loading_bars(tmp_path, capfd):
+    """A sweep's spawned runs load real checkpoints (here the shipped demo models) without
+    transformers' "Loading weights" bars, which would cut through the sweep's own bar."""
+    demo = Path(__file__).resolve().parents[1] / "ets" / "demo" / "demo.yaml"
+    assert main(["sweep", "--config", str(demo), "--methods", "best_of_n,rebase", "--widths", "2",
+                 "--out", str(tmp_path / "sw"), "--jobs", "2", "data.limit=1", "max_depth=2"]) == 0
+    err = capfd.readouterr().err
+    assert "2 runs at a time" in err           # the sweep's bar is there ...
+    assert "Loading weights" not in err        # ... and no one else's

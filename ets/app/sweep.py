@@ -261,7 +261,9 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
 def _job(config: RunConfig) -> dict[str, Any]:
     """One run of `run_in_jobs`, in its own process: its models, its search, its summary."""
     from ets.app.run import run
+    from ets.models.load import hide_loading_bars
 
+    hide_loading_bars()  # a spawned process: the driver's settings do not reach it
     try:
         return run(config, show_progress=False)
     finally:

@@ -44,18 +44,14 @@ class Worker:
         import torch
 
         from ets.app.run import build_reward_for
+        from ets.models.load import hide_loading_bars
         from ets.policy.build import build_policy
         from search import build as build_strategy
 
         threads = config.torch_threads or self.threads  # the config's figure, else this worker's cores
         if threads:
             torch.set_num_threads(threads)
-        try:
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()  # the driver's bar is the one bar
-        except ImportError:
-            pass
+        hide_loading_bars()  # the driver's bar is the one bar
         self.config = config = _local_device(config)
         self.strategy = build_strategy(config.search)
         self.policy = build_policy(config.policy, config.search)

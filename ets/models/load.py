@@ -25,6 +25,16 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def hide_loading_bars() -> None:
+    """Turn off `transformers`' weight-loading bars in this process: for a run inside a
+    sweep's worker process, whose bars would cut through the driver's one progress bar."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+
+
 def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or Path(name).exists()
 
