@@ -4,7 +4,8 @@
 # time limit (together about 9 minutes at most) and a failure does not stop the rest; figures go to $OUT/gpu_check.txt (or
 # /tmp/gpu_check_out/ when $OUT is unset), each part's full log beside it.
 #
-#   1. the engine's parity tests on the device (ETS_TEST_DEVICE: logits within 1e-4,
+#   1. the engine's parity tests on the device (ETS_TEST_DEVICE: logits within 1e-4, the
+#      sampling streams bit for bit,
 #      greedy equal to transformers);
 #   2. the batch-scaling table (1..512 sequences, distinct and shared prefixes, against the
 #      model's 1-token-context floor and a transformers decode loop) and the tree benchmark

@@ -169,3 +169,18 @@ def test_sliding_window_model():
     ref = _greedy(model, seq, 8)
     assert [c.token_ids for c in conts] == [ref, ref]
     engine.check()
+
+
+def test_sampling_streams_are_the_same_on_the_device_as_on_the_cpu():
+    """The streams are integer arithmetic (int64 products that wrap, logical shifts): the
+    device computes the CPU's uniforms bit for bit, and so draws the CPU's tokens."""
+    from ets.engine.sampling import SamplingParams, sample, uniforms
+
+    seeds = torch.tensor([0, 1, 2**62 + 5, 2**63 - 1, 123456789 * 1_000_003] * 13)
+    positions = torch.arange(seeds.numel()) * 37
+    cpu = uniforms(seeds, positions)
+    assert torch.equal(uniforms(seeds.to(DEVICE), positions.to(DEVICE)).cpu(), cpu)
+    logits = torch.randn(seeds.numel(), 500, generator=torch.Generator().manual_seed(0)) * 2
+    params = SamplingParams(temperature=0.9, top_k=50, top_p=0.95)
+    args = (params, seeds.tolist(), positions.tolist())
+    assert sample(logits.to(DEVICE), *args) == sample(logits, *args)
