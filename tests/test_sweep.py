@@ -151,3 +151,64 @@ def test_runs_in_worker_processes_print_no_weight_loading_bars(tmp_path, capfd):
     err = capfd.readouterr().err
     assert "2 runs at a time" in err           # the sweep's bar is there ...
     assert "Loading weights" not in err        # ... and no one else's
+
+
+def _state_and_parent(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process from Linux /proc; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def _children(pid: int) -> list[int]:
+    found = [(int(p.name), _state_and_parent(int(p.name))) for p in Path("/proc").glob("[0-9]*")]
+    return [c for c, sp in found if sp is not None and sp[1] == pid]
+
+
+def _alive(pid: int) -> bool:
+    sp = _state_and_parent(pid)
+    return sp is not None and sp[0] not in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_workers_end_when_the_sweep_driver_is_killed(tmp_path):
+    """SIGKILL the driver of `--jobs 2` in the middle of its runs: its two worker processes
+    end within seconds instead of searching on (holding the outputs' locks), and the next
+    sweep can take those outputs."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ets.app.lock import OutputLock
+
+    demo = Path(__file__).resolve().parents[1] / "ets" / "demo" / "demo.yaml"
+    out = tmp_path / "sw"
+    driver = subprocess.Popen([sys.executable, "-m", "ets", "sweep", "--quiet", "--config", str(demo),
+                               "--methods", "best_of_n,rebase", "--widths", "64", "--jobs", "2",
+                               "--out", str(out), "data.limit=8"])
+    workers: list[int] = []
+    try:
+        deadline = time.time() + 120
+        while len(list(out.glob("*.jsonl.lock"))) < 2:   # both runs are searching
+            assert driver.poll() is None and time.time() < deadline, "the runs did not start"
+            time.sleep(0.2)
+        workers = _children(driver.pid)
+        assert len(workers) >= 2
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        deadline = time.time() + 10
+        while any(_alive(w) for w in workers):
+            assert time.time() < deadline, "the workers outlived their driver"
+            time.sleep(0.2)
+    finally:  # whatever happened, leave no process behind
+        for pid in [driver.pid, *workers]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        driver.wait()
+    for lock in out.glob("*.jsonl.lock"):
+        with OutputLock(lock, lock.with_suffix("")):  # free: nobody writes there any more
+            pass

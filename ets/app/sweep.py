@@ -241,7 +241,8 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
     threads = max(1, (os.cpu_count() or 1) // jobs)
     configs = [c if c.torch_threads is not None else dataclasses.replace(c, torch_threads=threads) for c in configs]
     bar = tqdm(total=len(configs), unit="run", desc=f"{jobs} runs at a time") if show_progress else None
-    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                initializer=_end_with_driver, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(_job, c) for c in configs]
         try:
             for done in cf.as_completed(futures):
@@ -256,6 +257,23 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
             if bar is not None:
                 bar.close()
         return [f.result() for f in futures]
+
+
+def _end_with_driver(driver: int) -> None:
+    """Worker initializer: end this process once the driver is gone. A driver killed on its
+    own (SIGTERM from a scheduler, SIGKILL) does not take its workers with it, and a worker
+    in the middle of a run would go on searching, burning the CPU and holding the run's
+    output lock, so that the resumed sweep finds its output "in use". Its records so far are
+    whole lines (ets/app/jsonl.py drops a torn tail), so the resumed run loses nothing."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == driver:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ets-driver-watch", daemon=True).start()
 
 
 def _job(config: RunConfig) -> dict[str, Any]:
