@@ -232,10 +232,10 @@ class Engine:
             self._check_length(len(token_ids) + params.max_new_tokens)
             for j in range(n):
                 if params.greedy:
-                    k = None
+                    stream = None
                 else:  # sample j of this request: by its own seed, else by its place in the call
-                    k = sample_seed(seed, len(seqs)) if own_seed is None else sample_seed(own_seed, j)
-                seqs.append(Seq(list(token_ids), len(token_ids), params, stopper, k, lock_result=lock))
+                    stream = sample_seed(seed, len(seqs)) if own_seed is None else sample_seed(own_seed, j)
+                seqs.append(Seq(list(token_ids), len(token_ids), params, stopper, stream, lock_result=lock))
         return seqs
 
     def _check_length(self, n: int) -> None:

@@ -12,9 +12,10 @@ temperature, then top-k, then top-p, then an inverse-CDF draw) from that row's o
 stream, seeded like the engine's (`ets.engine.engine.sample_seed(request seed, j)` for
 sample j) and read at the new token's position in its sequence, and masks every other
 token. So sample j of a request depends only on (its seed, j) and the model, as on the
-engine; and with equal logits both backends draw the same token (the logits of a padded batch and of the engine's packed one agree only to
-float precision, so they may part where a draw falls on a boundary). Temperature 0 is plain
-greedy decoding, with no processor. Nothing is drawn from torch's global generator.
+engine; and with equal logits both backends draw the same token (the logits of a padded
+batch and of the engine's packed one agree only to float precision, so they may part where
+a draw falls on a boundary). Temperature 0 is plain greedy decoding, with no processor.
+Nothing is drawn from torch's global generator.
 """
 
 from __future__ import annotations
