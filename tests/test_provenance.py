@@ -205,3 +205,23 @@ def test_model_fingerprints(tmp_path):
     third = fingerprint(folder)
     os.utime(big, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert fingerprint(folder) != third                    # ... and the modification time
+
+
+def test_an_output_of_the_earlier_sampler_is_not_resumed(tmp_path, capsys):
+    """Outputs written before the engine's sampler changed (no `policy.sampler` in their
+    config record) hold samples of the old rule: resuming them would mix two rules in one
+    table, so it is refused, naming the key; a vLLM output (its own sampler) is not."""
+    from ets.app.provenance import differences
+    from ets.engine.sampling import STREAMS, STREAMS_BEFORE
+
+    out = tmp_path / "r.jsonl"
+    assert run_cli(out, "data.limit=2") == 0
+    record = tmp_path / "r.config.json"
+    made = json.loads(record.read_text())
+    assert made["compared"]["policy.sampler"] == STREAMS
+    del made["compared"]["policy.sampler"]          # as an older ets wrote it
+    record.write_text(json.dumps(made))
+    msg = refused(capsys, run_cli(out, "data.limit=2"))
+    assert f"policy.sampler: {STREAMS_BEFORE!r} -> {STREAMS!r}" in msg and "--overwrite" in msg
+    old_vllm = {"policy.backend": "vllm", "search.width": 4}
+    assert differences(old_vllm, {"policy.backend": "vllm", "search.width": 4, "policy.sampler": "vllm's own"}) == []

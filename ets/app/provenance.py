@@ -9,7 +9,9 @@ compared   every key that changes a problem's result, flattened (`search.width`,
            `policy.prompt_template`, `reward.options`, ...): the whole search section
            (method, width, sampling, seed, aggregation, vote, ETS weights, embedder ...),
            the policy (model, backend, dtype, templates, step delimiter; the device as its
-           type only, `cuda:1` -> `cuda`), the reward (name, model, options). A key added to
+           type only, `cuda:1` -> `cuda`; the rule that draws its tokens, `policy.sampler`,
+           which an output of an older ets is taken to have used the old rule for), the
+           reward (name, model, options). A key added to
            a config class later is compared by default: a false refusal costs a flag, a
            silent mix costs a paper.
 recorded   kept for the reader, never compared: the output path, `concurrency`,
@@ -78,6 +80,7 @@ def describe(config: RunConfig) -> dict[str, Any]:
     compared["reward.options"] = {k: v for k, v in config.reward.options.items() if k not in REWARD_OPTIONS_NOT_COMPARED}
     recorded["reward.model"] = config.reward.model
     compared["reward.model"] = model_identity(config.reward.model or config.policy.model)
+    compared["policy.sampler"] = _sampler(config.policy.backend)
     if config.data.path and Path(config.data.path).is_file():
         recorded["data.path"] = str(Path(config.data.path).resolve())
         recorded["data.sha256"] = _file_sha256(str(Path(config.data.path).resolve()))
@@ -87,11 +90,34 @@ def describe(config: RunConfig) -> dict[str, Any]:
             "compared": _jsonable(compared), "recorded": _jsonable(recorded)}
 
 
+def _sampler(backend: str) -> str:
+    """What draws a run's tokens: vLLM its own; the engine and the hf backend the engine's
+    streams (ets/engine/sampling.py)."""
+    from ets.engine.sampling import STREAMS
+
+    return "vllm's own" if backend == "vllm" else STREAMS
+
+
+def _before(key: str, old: dict[str, Any]) -> Any:
+    """The value of a compared key that an older ets did not write, where what it did then
+    is known (else None: not compared)."""
+    if key == "policy.sampler":  # recorded since the sampler's change (ets/engine/sampling.py)
+        from ets.engine.sampling import STREAMS_BEFORE
+
+        return "vllm's own" if old.get("policy.backend") == "vllm" else STREAMS_BEFORE
+    return None
+
+
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """`key: old -> new` for each compared key whose value changed. A key that only one
-    side has (written by an older or newer ets) is not compared."""
-    return [f"{key}: {_short(old[key])} -> {_short(new[key])}"
-            for key in new if key in old and old[key] != new[key]]
+    side has (written by an older or newer ets) is not compared, unless what the older ets
+    did is known (`_before`: the sampler)."""
+    out = []
+    for key in new:
+        was = old[key] if key in old else _before(key, old)
+        if was is not None and was != new[key]:
+            out.append(f"{key}: {_short(was)} -> {_short(new[key])}")
+    return out
 
 
 def check_records(records: Sequence[dict[str, Any]], problems: Sequence[Problem]) -> str | None:

@@ -46,6 +46,12 @@ class SamplingParams:
         return self.temperature == 0
 
 
+# What draws the tokens, as run provenance records it (ets/app/provenance.py): a change of
+# rule changes every sampled result, so an output of the old rule must not be resumed.
+STREAMS = "splitmix64 position streams, inverse CDF"
+# ... and what the engine (and the hf backend) drew with before this rule existed.
+STREAMS_BEFORE = "a torch.Generator per sequence, exponential race"
+
 _WORD = 1 << 64
 
 
