@@ -90,12 +90,12 @@ def describe(config: RunConfig) -> dict[str, Any]:
             "compared": _jsonable(compared), "recorded": _jsonable(recorded)}
 
 
-def _sampler(backend: str) -> str:
+def _sampler(backend: str | None, engine_rule: str | None = None) -> str:
     """What draws a run's tokens: vLLM its own; the engine and the hf backend the engine's
-    streams (ets/engine/sampling.py)."""
+    rule (ets/engine/sampling.py; `engine_rule`: another than today's)."""
     from ets.engine.sampling import STREAMS
 
-    return "vllm's own" if backend == "vllm" else STREAMS
+    return "vllm's own" if backend == "vllm" else engine_rule or STREAMS
 
 
 def _before(key: str, old: dict[str, Any]) -> Any:
@@ -104,7 +104,7 @@ def _before(key: str, old: dict[str, Any]) -> Any:
     if key == "policy.sampler":  # recorded since the sampler's change (ets/engine/sampling.py)
         from ets.engine.sampling import STREAMS_BEFORE
 
-        return "vllm's own" if old.get("policy.backend") == "vllm" else STREAMS_BEFORE
+        return _sampler(old.get("policy.backend"), STREAMS_BEFORE)
     return None
 
 

@@ -242,7 +242,7 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
     configs = [c if c.torch_threads is not None else dataclasses.replace(c, torch_threads=threads) for c in configs]
     bar = tqdm(total=len(configs), unit="run", desc=f"{jobs} runs at a time") if show_progress else None
     with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                initializer=_end_with_driver, initargs=(os.getpid(),)) as pool:
+                                initializer=_set_up_worker, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(_job, c) for c in configs]
         try:
             for done in cf.as_completed(futures):
@@ -259,14 +259,20 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
         return [f.result() for f in futures]
 
 
-def _end_with_driver(driver: int) -> None:
-    """Worker initializer: end this process once the driver is gone. A driver killed on its
-    own (SIGTERM from a scheduler, SIGKILL) does not take its workers with it, and a worker
-    in the middle of a run would go on searching, burning the CPU and holding the run's
-    output lock, so that the resumed sweep finds its output "in use". Its records so far are
-    whole lines (ets/app/jsonl.py drops a torn tail), so the resumed run loses nothing."""
+def _set_up_worker(driver: int) -> None:
+    """Worker initializer, once per spawned process (the driver's settings do not reach it):
+    no weight-loading bars (they would cut through the driver's one bar), and an end to this
+    process once the driver is gone. A driver killed on its own (SIGTERM from a scheduler,
+    SIGKILL) does not take its workers with it, and a worker in the middle of a run would go
+    on searching, burning the CPU and holding the run's output lock, so that the resumed
+    sweep finds its output "in use". Its records so far are whole lines (ets/app/jsonl.py
+    drops a torn tail), so the resumed run loses nothing."""
     import threading
     import time
+
+    from ets.models.load import hide_loading_bars
+
+    hide_loading_bars()
 
     def watch() -> None:
         while os.getppid() == driver:
@@ -279,9 +285,7 @@ def _end_with_driver(driver: int) -> None:
 def _job(config: RunConfig) -> dict[str, Any]:
     """One run of `run_in_jobs`, in its own process: its models, its search, its summary."""
     from ets.app.run import run
-    from ets.models.load import hide_loading_bars
 
-    hide_loading_bars()  # a spawned process: the driver's settings do not reach it
     try:
         return run(config, show_progress=False)
     finally:
