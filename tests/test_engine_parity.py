@@ -131,25 +131,36 @@ def test_kept_decode_buffers_follow_the_group(model_tok, shared):
         assert [c.token_ids for c in group] == [cut] * len(group)
 
 
-def test_cascade_equals_plain_attention():
-    """The shared-prefix decode path against plain SDPA on the same gathered context."""
+@pytest.mark.parametrize("layout", ["uneven", "even"])
+def test_cascade_equals_plain_attention(layout):
+    """The shared-prefix decode path against plain SDPA on the same gathered context: with
+    clusters of unequal size (the zero-padded cluster layout) and of equal size (no
+    scatter), and for several layers in one forward (the padded scratch is shared)."""
     from ets.engine import cascade
     from ets.engine.attention import AttentionGroup, _attend_group
 
     gen = torch.Generator().manual_seed(0)
     kv_heads, heads, dim, n_slots = 2, 6, 16, 400
-    k_pool, v_pool = (torch.randn(kv_heads, n_slots, dim, generator=gen) for _ in range(2))
-    # clusters: 3 samples on a 40-token prefix, 1 on a 25-token prefix, 2 with no shared prefix
-    shared = [40, 40, 40, 25, 0, 0]
-    ends = [45, 41, 52, 30, 7, 12]
+    if layout == "uneven":
+        # 3 samples on a 40-token prefix, 1 on a 25-token prefix, 2 with no shared prefix
+        shared, ends = [40, 40, 40, 25, 0, 0], [45, 41, 52, 30, 7, 12]
+        cluster_of, member_of = [0, 0, 0, 1, 2, 2], [0, 1, 2, 0, 0, 1]
+    else:  # 2 samples on each of three prefixes (40, 25 and 33 tokens)
+        shared, ends = [40, 40, 25, 25, 33, 33], [45, 41, 30, 27, 40, 34]
+        cluster_of, member_of = [0, 0, 1, 1, 2, 2], [0, 1, 0, 1, 0, 1]
     table = torch.randperm(n_slots, generator=gen)[: 6 * 64].view(6, 64)
-    table[1:3, :40] = table[0, :40]
+    for b in range(1, 6):
+        if cluster_of[b] == cluster_of[b - 1]:
+            table[b, : shared[b]] = table[b - 1, : shared[b]]
     rows = torch.arange(6)
-    meta = cascade.build(rows, table, shared, [0, 0, 0, 1, 2, 2], [0, 1, 2, 0, 0, 1], ends, "cpu")
-    q = torch.randn(6, heads, dim, generator=gen)
-    got = cascade.attend(meta, q, k_pool, v_pool, 0.3)
+    meta = cascade.build(rows, table, shared, cluster_of, member_of, ends, "cpu")
+    assert meta.identity == (layout == "even")
     plain = AttentionGroup(table[:, : max(ends)], torch.tensor(ends)[:, None] - 1, None, 6)
-    torch.testing.assert_close(got, _attend_group(plain, q, k_pool, v_pool, 0.3, None), atol=1e-5, rtol=0)
+    for _layer in range(2):
+        k_pool, v_pool = (torch.randn(kv_heads, n_slots, dim, generator=gen) for _ in range(2))
+        q = torch.randn(6, heads, dim, generator=gen)
+        got = cascade.attend(meta, q, k_pool, v_pool, 0.3)
+        torch.testing.assert_close(got, _attend_group(plain, q, k_pool, v_pool, 0.3, None), atol=1e-5, rtol=0)
 
 
 def test_sliding_window_model():

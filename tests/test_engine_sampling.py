@@ -191,3 +191,19 @@ def test_stop_strings_stop_at_the_token_where_they_first_appear(model_tok, which
     # the rule is exercised (the Metaspace vocabulary has no "é" and no byte fallback)
     assert stops > 50 or (which, strings) == ("sentencepiece", ("é",))
     assert sum(stop.flags) < len(stop.flags) or strings == (" ",)  # and it filters
+
+
+def test_stop_string_is_looked_for_in_the_output_only(model_tok):
+    """A stop string that begins in the prompt and ends in the output does not stop it:
+    StopChecker reads `tokens[start:]` (the output), not the prompt before it."""
+    from ets.engine.sampling import SamplingParams, StopChecker
+
+    tok = model_tok[1]
+    prompt, new = tok.encode("the ca", add_special_tokens=False), tok.encode("t sat", add_special_tokens=False)
+    checker = StopChecker(SamplingParams(max_new_tokens=50, stop_strings=("cat",)), set(), tok)
+    tokens = prompt + new
+    assert all(checker.finish(tokens[:t], len(prompt)) is None for t in range(len(prompt) + 1, len(tokens) + 1))
+    cat = tok.encode("a cat", add_special_tokens=False)
+    assert checker.finish(prompt + cat, len(prompt)) == "stop"
+    short = StopChecker(SamplingParams(max_new_tokens=2), set(), tok)  # counts the output only
+    assert [short.finish(tokens[:t], len(prompt)) for t in (len(prompt) + 1, len(prompt) + 2)] == [None, "length"]

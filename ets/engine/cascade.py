@@ -20,7 +20,7 @@ Scores are small ([., rep, L] vs K's [., D, L]), so moving them between the clus
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -49,6 +49,18 @@ class CascadeMeta:
     own_cols: torch.Tensor      # [B] own column of each new token (S_b - 1)
     dst: torch.Tensor           # [B] index of sequence b in the [C * Gmax] cluster layout
     g_max: int
+    # Every cluster has Gmax members: the cluster layout is the sequence layout (dst is
+    # arange(B), the sequences being sorted by cluster) and no scatter is needed.
+    identity: bool = False
+    # The zero-padded cluster-layout scratch of this forward, shared by its layers: each
+    # layer writes the same `dst` rows, so the padding, zeroed once, stays zero.
+    _scratch: dict = field(default_factory=dict)
+
+    def scratch(self, name: str, like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        buf = self._scratch.get(name)
+        if buf is None or buf.shape != shape or buf.dtype != like.dtype:
+            buf = self._scratch[name] = like.new_zeros(shape)
+        return buf
 
 
 def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of: list[int],
@@ -76,7 +88,8 @@ def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of
     own_t = torch.tensor(own, device=device)
     own_bias = _bias(j < own_t[:, None])  # every own column (see attention._attend_decode)
     dst = torch.tensor([c * g_max + g for c, g in zip(cluster_of, member_of)], device=device)
-    return CascadeMeta(pre_slots, pre_bias, own_slots, own_bias, own_t - 1, dst, g_max)
+    identity = n_clusters * g_max == len(rows)
+    return CascadeMeta(pre_slots, pre_bias, own_slots, own_bias, own_t - 1, dst, g_max, identity)
 
 
 def _bias(allowed: torch.Tensor) -> torch.Tensor:
@@ -100,9 +113,14 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     k_pre, v_pre, k_own, v_own = _regions(meta, k_pool, v_pool, decode, layer, new_kv)
 
     # prefix scores in the cluster layout [Hkv, C, Gmax*rep, Pmax], then per sequence
-    qc = q4.new_zeros(kv_heads, cg, rep, dim).index_copy_(1, meta.dst, q4)
-    s_pre = torch.matmul(qc.view(kv_heads, n_clusters, -1, dim), k_pre.transpose(-1, -2))
-    s_pre = s_pre.view(kv_heads, cg, rep, p_max).index_select(1, meta.dst)  # [Hkv, B, rep, Pmax]
+    if meta.identity:
+        qc = q4
+    else:
+        qc = meta.scratch("q", q4, (kv_heads, cg, rep, dim)).index_copy_(1, meta.dst, q4)
+    s_pre = torch.matmul(qc.reshape(kv_heads, n_clusters, -1, dim), k_pre.transpose(-1, -2))
+    s_pre = s_pre.view(kv_heads, cg, rep, p_max)
+    if not meta.identity:
+        s_pre = s_pre.index_select(1, meta.dst)  # [Hkv, B, rep, Pmax]
 
     # own scores [Hkv, B, rep, cap]: every column of the (contiguous) buffers, those past
     # S_b masked, as in attention._attend_decode
@@ -113,9 +131,12 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     p_pre, p_own = probs.split([p_max, probs.shape[-1] - p_max], dim=-1)
     out = torch.matmul(p_own, v_own)  # [Hkv, B, rep, D]
 
-    pc = p_pre.new_zeros(kv_heads, cg, rep, p_max).index_copy_(1, meta.dst, p_pre)
-    out_pre = torch.matmul(pc.view(kv_heads, n_clusters, -1, p_max), v_pre)
-    out = out + out_pre.view(kv_heads, cg, rep, dim).index_select(1, meta.dst)
+    if meta.identity:
+        pc = p_pre
+    else:
+        pc = meta.scratch("p", p_pre, (kv_heads, cg, rep, p_max)).index_copy_(1, meta.dst, p_pre)
+    out_pre = torch.matmul(pc.reshape(kv_heads, n_clusters, -1, p_max), v_pre).view(kv_heads, cg, rep, dim)
+    out = out + (out_pre if meta.identity else out_pre.index_select(1, meta.dst))
     return out.transpose(0, 1).reshape(n_seq, heads, dim)
 
 

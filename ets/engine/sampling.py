@@ -148,13 +148,14 @@ class StopStrings:
         self.window = 4 * max((len(s) for s in self.strings), default=0) + 4
         self.flags = _cached_flags(tokenizer, self.strings) if self.strings else []
 
-    def found(self, tokens: Sequence[int]) -> bool:
-        """Whether one of the strings appears in the text of the last `window` tokens,
-        completed by the last of them (checked after every token, where it first appears)."""
+    def found(self, tokens: Sequence[int], start: int = 0) -> bool:
+        """Whether one of the strings appears in the text of the last `window` tokens of
+        `tokens[start:]`, completed by the last of them (checked after every token, where it
+        first appears)."""
         tok = tokens[-1]
         if tok < len(self.flags) and not self.flags[tok]:
             return False
-        tail = self.tokenizer.decode(list(tokens[-self.window:]), skip_special_tokens=False)
+        tail = self.tokenizer.decode(list(tokens[max(start, len(tokens) - self.window):]), skip_special_tokens=False)
         return any(s in tail for s in self.strings)
 
 
@@ -174,15 +175,17 @@ class StopChecker:
             raise ValueError("stop strings need a tokenizer: pass tokenizer= to Engine.from_pretrained")
         self.strings = StopStrings(tokenizer, params.stop_strings) if params.stop_strings else None
 
-    def finish(self, new_tokens: list[int]) -> str | None:
-        tok = new_tokens[-1]
+    def finish(self, tokens: list[int], start: int = 0) -> str | None:
+        """Why the output `tokens[start:]` ends here, after its newest token (None: it goes on).
+        `start` spares copying a sequence's output out of its tokens at every step."""
+        tok = tokens[-1]
         if tok in self.eos_ids:
             return "eos"
         if tok in self.stop_ids:
             return "stop"
-        if self.strings is not None and self.strings.found(new_tokens):
+        if self.strings is not None and self.strings.found(tokens, start):
             return "stop"
-        if len(new_tokens) >= self.params.max_new_tokens:
+        if len(tokens) - start >= self.params.max_new_tokens:
             return "length"
         return None
 

@@ -116,7 +116,7 @@ class Scheduler:
             seq = plan.owners[i]
             seq.tokens.append(tok)
             self.counters["generated_tokens"] += 1
-            seq.finish = seq.stopper.finish(seq.new_tokens)
+            seq.finish = seq.stopper.finish(seq.tokens, seq.n_prompt)
             if seq.finish is not None:
                 self._finish(seq)
 
