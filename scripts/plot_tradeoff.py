@@ -26,7 +26,7 @@ def fail(message: str) -> None:
 
 def read_point(spec: str) -> dict:
     """`LABEL=PATH[@METHOD]` -> that table row, with its label."""
-    label, sep, where = spec.partition("=")
+    label, sep, where = spec.rpartition("=")  # the last "=": a label may hold one (W=64)
     if not sep or not label or not where:
         fail(f"--point {spec!r}: write it as LABEL=PATH[@METHOD], e.g. 'REBASE=docs/results@rebase'")
     path, _, method = where.partition("@")
@@ -62,11 +62,13 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.8))
+    markers = "osD^vPX*<>"
     for i, p in enumerate(points):
         x, y = number(p, "kv_size_per_problem"), 100 * number(p, "accuracy")
         ax.errorbar([x], [y], xerr=[number(p, "kv_size_per_problem_sd")], yerr=[100 * number(p, "accuracy_sd")],
-                    marker="o", color=f"C{i}", capsize=3, label=p["label"])
-        ax.annotate(p["label"], (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+                    marker=markers[i % len(markers)], color=f"C{i % 10}", capsize=3, label=p["label"])
+        if len(points) <= 5:  # beyond a few, labels beside the points overlap: the legend names them
+            ax.annotate(p["label"], (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
     problems = sorted({p["problems"] for p in points})
     seeds = sorted({p.get("seed_list", "") for p in points})
     widths = sorted({p["width"] for p in points})

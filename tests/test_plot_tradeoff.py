@@ -30,11 +30,11 @@ def test_points_from_several_sweeps(tmp_path):
     both = _table(tmp_path / "both", [_row("rebase", 0.6, 98000), _row("ets", 0.44, 64000)])
     one = _table(tmp_path / "one", [_row("ets", 0.52, 80000)])
     out = tmp_path / "plot.png"
-    done = _run("--out", str(out), "--point", f"REBASE={both}@rebase", "--point", f"ETS={both}@ets",
+    done = _run("--out", str(out), "--point", f"REBASE, W=64={both}@rebase", "--point", f"ETS={both}@ets",
                 "--point", f"ETS 0.5={one / 'table.csv'}")
     assert done.returncode == 0, done.stderr
     assert out.read_bytes()[:4] == b"\x89PNG"
-    assert "REBASE 60.0% at 98,000; ETS 44.0% at 64,000; ETS 0.5 52.0% at 80,000" in done.stdout
+    assert "REBASE, W=64 60.0% at 98,000; ETS 44.0% at 64,000; ETS 0.5 52.0% at 80,000" in done.stdout
 
 
 def test_bad_points_fail_in_one_line(tmp_path):
