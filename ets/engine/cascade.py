@@ -49,18 +49,29 @@ class CascadeMeta:
     own_cols: torch.Tensor      # [B] own column of each new token (S_b - 1)
     dst: torch.Tensor           # [B] index of sequence b in the [C * Gmax] cluster layout
     g_max: int
-    # Every cluster has Gmax members: the cluster layout is the sequence layout (dst is
-    # arange(B), the sequences being sorted by cluster) and no scatter is needed.
-    identity: bool = False
     # The zero-padded cluster-layout scratch of this forward, shared by its layers: each
     # layer writes the same `dst` rows, so the padding, zeroed once, stays zero.
     _scratch: dict = field(default_factory=dict)
 
-    def scratch(self, name: str, like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    @property
+    def identity(self) -> bool:
+        """Every cluster has Gmax members: the cluster layout is the sequence layout (dst is
+        arange(B), the sequences being sorted by cluster), so nothing moves between them."""
+        return self.pre_slots.shape[0] * self.g_max == self.dst.numel()
+
+    def to_clusters(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """x [Hkv, B, ...] in the cluster layout [Hkv, C * Gmax, ...] (padding rows zero)."""
+        if self.identity:
+            return x
+        shape = (x.shape[0], self.pre_slots.shape[0] * self.g_max, *x.shape[2:])
         buf = self._scratch.get(name)
-        if buf is None or buf.shape != shape or buf.dtype != like.dtype:
-            buf = self._scratch[name] = like.new_zeros(shape)
-        return buf
+        if buf is None or buf.shape != shape or buf.dtype != x.dtype:
+            buf = self._scratch[name] = x.new_zeros(shape)
+        return buf.index_copy_(1, self.dst, x)
+
+    def to_sequences(self, y: torch.Tensor) -> torch.Tensor:
+        """y [Hkv, C * Gmax, ...] back in the sequence layout [Hkv, B, ...]."""
+        return y if self.identity else y.index_select(1, self.dst)
 
 
 def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of: list[int],
@@ -88,8 +99,7 @@ def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of
     own_t = torch.tensor(own, device=device)
     own_bias = _bias(j < own_t[:, None])  # every own column (see attention._attend_decode)
     dst = torch.tensor([c * g_max + g for c, g in zip(cluster_of, member_of)], device=device)
-    identity = n_clusters * g_max == len(rows)
-    return CascadeMeta(pre_slots, pre_bias, own_slots, own_bias, own_t - 1, dst, g_max, identity)
+    return CascadeMeta(pre_slots, pre_bias, own_slots, own_bias, own_t - 1, dst, g_max)
 
 
 def _bias(allowed: torch.Tensor) -> torch.Tensor:
@@ -113,14 +123,9 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     k_pre, v_pre, k_own, v_own = _regions(meta, k_pool, v_pool, decode, layer, new_kv)
 
     # prefix scores in the cluster layout [Hkv, C, Gmax*rep, Pmax], then per sequence
-    if meta.identity:
-        qc = q4
-    else:
-        qc = meta.scratch("q", q4, (kv_heads, cg, rep, dim)).index_copy_(1, meta.dst, q4)
+    qc = meta.to_clusters("q", q4)
     s_pre = torch.matmul(qc.reshape(kv_heads, n_clusters, -1, dim), k_pre.transpose(-1, -2))
-    s_pre = s_pre.view(kv_heads, cg, rep, p_max)
-    if not meta.identity:
-        s_pre = s_pre.index_select(1, meta.dst)  # [Hkv, B, rep, Pmax]
+    s_pre = meta.to_sequences(s_pre.view(kv_heads, cg, rep, p_max))  # [Hkv, B, rep, Pmax]
 
     # own scores [Hkv, B, rep, cap]: every column of the (contiguous) buffers, those past
     # S_b masked, as in attention._attend_decode
@@ -131,12 +136,9 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     p_pre, p_own = probs.split([p_max, probs.shape[-1] - p_max], dim=-1)
     out = torch.matmul(p_own, v_own)  # [Hkv, B, rep, D]
 
-    if meta.identity:
-        pc = p_pre
-    else:
-        pc = meta.scratch("p", p_pre, (kv_heads, cg, rep, p_max)).index_copy_(1, meta.dst, p_pre)
-    out_pre = torch.matmul(pc.reshape(kv_heads, n_clusters, -1, p_max), v_pre).view(kv_heads, cg, rep, dim)
-    out = out + (out_pre if meta.identity else out_pre.index_select(1, meta.dst))
+    pc = meta.to_clusters("p", p_pre)
+    out_pre = torch.matmul(pc.reshape(kv_heads, n_clusters, -1, p_max), v_pre)
+    out = out + meta.to_sequences(out_pre.view(kv_heads, cg, rep, dim))
     return out.transpose(0, 1).reshape(n_seq, heads, dim)
 
 
