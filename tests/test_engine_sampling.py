@@ -92,6 +92,24 @@ def test_batched_sampling_draws_each_row_from_its_own_stream_and_the_right_distr
     assert chi2 < 16.3  # the 0.999 quantile of chi-square with 3 degrees of freedom
 
 
+def test_rows_under_different_settings_are_sampled_as_each_alone():
+    """sample_rows groups rows by their settings: every row's token is the one `sample`
+    draws for it alone, whether the rows share one settings object or not."""
+    import torch
+
+    from ets.engine.sampling import SamplingParams, sample, sample_rows
+
+    logits = torch.randn(7, 50, generator=torch.Generator().manual_seed(3)) * 2
+    seeds, positions = [11 * b for b in range(7)], [5 + b for b in range(7)]
+    hot, cool, greedy = SamplingParams(temperature=1.0), SamplingParams(temperature=0.5, top_k=5), SamplingParams(temperature=0)
+    mixed = [hot, cool, greedy, hot, cool, cool, greedy]
+    alone = [sample(logits[b:b + 1], p, [seeds[b]], [positions[b]])[0] for b, p in enumerate(mixed)]
+    assert sample_rows(logits, mixed, seeds, positions) == alone
+    one = [hot] * 7
+    assert sample_rows(logits, one, seeds, positions) == sample(logits, hot, seeds, positions)
+    assert sample_rows(logits[:0], [], [], []) == []
+
+
 def test_stop_strings_and_token_ids(model_tok):
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=1024)

@@ -59,6 +59,15 @@ class CascadeMeta:
         arange(B), the sequences being sorted by cluster), so nothing moves between them."""
         return self.pre_slots.shape[0] * self.g_max == self.dst.numel()
 
+    def advance(self) -> "CascadeMeta":
+        """This metadata one decode step further, in place: each sequence's own part grows by
+        its new token (its column joins `own_bias`). Only for the same sequences decoding on
+        over kept buffers: `own_slots` is not updated (it only serves a gather, and a gather
+        builds anew)."""
+        self.own_cols += 1
+        self.own_bias[0, torch.arange(self.own_cols.numel(), device=self.own_cols.device), 0, self.own_cols] = 0.0
+        return self
+
     def to_clusters(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """x [Hkv, B, ...] in the cluster layout [Hkv, C * Gmax, ...] (padding rows zero)."""
         if self.identity:

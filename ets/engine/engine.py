@@ -19,7 +19,7 @@ from ets.engine.attention import check_supported
 from ets.engine.pool import KVPool
 from ets.engine.prefix import shared_prefixes
 from ets.engine.radix import RadixNode, RadixTree
-from ets.engine.runner import ModelRunner
+from ets.engine.runner import ModelRunner, Outputs
 from ets.engine.sampling import SamplingParams, StopChecker, sample_rows
 from ets.engine.scheduler import Plan, Scheduler
 from ets.engine.sequence import Seq
@@ -178,11 +178,13 @@ class Engine:
             raise
 
     @staticmethod
-    def _sample(plan: Plan, outputs: list[torch.Tensor]) -> list[int]:
+    def _sample(plan: Plan, outputs: Outputs) -> list[int]:
         """The next token of each chunk in `plan.to_sample`, from its last output (logits)."""
+        if not plan.to_sample:
+            return []
         seqs = [plan.owners[i] for i in plan.to_sample]
         # each draw is read at the new token's position in its sequence
-        return sample_rows([outputs[i][-1] for i in plan.to_sample], [s.params for s in seqs],
+        return sample_rows(outputs.last(plan.to_sample), [s.params for s in seqs],
                            [s.seed for s in seqs], [len(s.tokens) for s in seqs])
 
     def _spill_oldest(self) -> bool:

@@ -10,6 +10,7 @@ e.g. the `transformers` baseline, between calls). It owns no memory decisions.
 from __future__ import annotations
 
 import contextlib
+from typing import Sequence
 
 import torch
 
@@ -18,6 +19,30 @@ from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
 from ets.engine.table import SlotTable
 from ets.engine.workspace import HEADROOM, DecodeKV, Workspace
+
+
+class Outputs(Sequence[torch.Tensor]):
+    """A forward's outputs, chunk by chunk: `outputs[i]` [len(keep_i), V] are chunk i's.
+
+    They stay one tensor, `rows`, in the order the runner packed the chunks; a decode step
+    samples every chunk's last row, and `last` hands those over in one indexed read (or as
+    `rows` itself when they are already in that order) instead of a view per sequence."""
+
+    def __init__(self, rows: torch.Tensor, first: list[int], count: list[int]):
+        self.rows, self.first, self.count = rows, first, count
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.rows[self.first[i]: self.first[i] + self.count[i]]
+
+    def last(self, chunks: Sequence[int]) -> torch.Tensor:
+        """[len(chunks), V]: the last output row of each of these chunks, in this order."""
+        index = [self.first[i] + self.count[i] - 1 for i in chunks]
+        if len(index) == self.rows.shape[0] and index == list(range(len(index))):
+            return self.rows
+        return self.rows.index_select(0, torch.tensor(index, dtype=torch.long, device=self.rows.device))
 
 
 class ModelRunner:
@@ -31,6 +56,10 @@ class ModelRunner:
         self.workspace = Workspace(dtype, self.device)
         # kept decode buffers: at most as much memory again as the pool itself
         self.decode_kv = DecodeKV(len(pool.k), dtype, self.device, limit_bytes=pool.num_bytes)
+        # the decode group's cascade metadata of the last forward, advanced in place while the
+        # kept buffers are reused as they are (workspace.DecodeKV.plan: same sequences, one
+        # step further); any other plan builds it afresh
+        self._last_cascade: cascade.CascadeMeta | None = None
 
     @contextlib.contextmanager
     def _paged_attention(self):
@@ -44,7 +73,7 @@ class ModelRunner:
             config._attn_implementation = previous
 
     @torch.inference_mode()
-    def forward(self, chunks: list[Chunk], hidden: bool = False) -> list[torch.Tensor]:
+    def forward(self, chunks: list[Chunk], hidden: bool = False) -> "Outputs":
         """Per chunk, the logits (or final hidden states) at its `keep` offsets: [len(keep), V]."""
         # Decode chunks first (by cluster), then prefill chunks: each group is contiguous.
         order = sorted(range(len(chunks)), key=lambda i: (len(chunks[i].token_ids) > 1, chunks[i].cluster))
@@ -82,11 +111,12 @@ class ModelRunner:
                     input_ids=input_ids, position_ids=position_ids, use_cache=False,
                     logits_to_keep=keep_t, ets_batch=batch,
                 ).logits[0]
-        parts = out.split([len(c.keep) for c in ordered])
-        result: list[torch.Tensor] = [None] * len(chunks)  # type: ignore[list-item]
-        for i, part in zip(order, parts):
-            result[i] = part
-        return result
+        first = [0] * len(chunks)  # chunk i's outputs are rows first[i]..first[i] + len(keep) of `out`
+        row = 0
+        for i in order:
+            first[i] = row
+            row += len(chunks[i].keep)
+        return Outputs(out, first, [len(c.keep) for c in chunks])
 
     def _cascade(self, chunks: list[Chunk], rows: torch.Tensor, cap: int | None = None) -> cascade.CascadeMeta | None:
         """Cascade metadata when some decode chunks share a prefix (else plain attention)."""
@@ -117,7 +147,12 @@ class ModelRunner:
         if fresh:
             kv.cap = min(need + HEADROOM, self.table.rows.shape[1]) if not shared else need + HEADROOM
         cap = kv.cap
-        casc = self._cascade(chunks, rows, cap) if shared else None
+        if shared and reuse is not None and reuse.keep is None and self._last_cascade is not None:
+            # the same sequences, each one token further: only their own lengths moved
+            casc = self._last_cascade.advance()
+        else:
+            casc = self._cascade(chunks, rows, cap) if shared else None
+        self._last_cascade = casc
         old_pre_cols = kv.pre_cols
         if casc is None:
             slots = self.table.rows[rows, :cap]
@@ -144,9 +179,9 @@ class ModelRunner:
         lens = [len(c.token_ids) for c in chunks]
         starts = torch.tensor([c.start for c in chunks], dtype=torch.long, device=dev)
         l_max = max(c.start + n for c, n in zip(chunks, lens))
-        kv_slots = self.table.rows[rows, :l_max]
         if decode:
             return self._decode_group(chunks, rows, starts, l_max)
+        kv_slots = self.table.rows[rows, :l_max]
         # Padded query layout: token i of sequence b sits at b * q_max + i.
         #   packed: [a0 a1 a2 | b0 b1]   ->   padded: [a0 a1 a2 | b0 b1 --]   (q_max = 3)
         q_max = max(lens)

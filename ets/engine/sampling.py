@@ -88,7 +88,9 @@ def sample(logits: torch.Tensor, params: SamplingParams, seeds: Sequence[int] | 
     stream of `seeds[b]` (both unused when greedy)."""
     if params.greedy:
         return logits.argmax(dim=-1).tolist()
-    logits = logits.float() / params.temperature
+    logits = logits.float()
+    if params.temperature != 1.0:  # x / 1.0 is x: skipping it changes no bit
+        logits = logits / params.temperature
     if params.top_k > 0 and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -108,23 +110,28 @@ def sample(logits: torch.Tensor, params: SamplingParams, seeds: Sequence[int] | 
     picked = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).clamp_(max=probs.shape[-1] - 1)
     # u * total can round up to total itself: then the clamp lands on the last token,
     # which may be filtered out; take the most likely one instead (probability ~2^-53).
+    # (The argmax, a pass over the whole vocabulary, only when some row needs it.)
     dropped = probs.gather(-1, picked) == 0
-    picked = torch.where(dropped, probs.argmax(dim=-1, keepdim=True), picked)
+    if bool(dropped.any()):
+        picked = torch.where(dropped, probs.argmax(dim=-1, keepdim=True), picked)
     return picked.squeeze(-1).tolist()
 
 
-def sample_rows(logits: Sequence[torch.Tensor], params: Sequence[SamplingParams],
+def sample_rows(logits: torch.Tensor, params: Sequence[SamplingParams],
                 seeds: Sequence[int | None], positions: Sequence[int]) -> list[int]:
-    """One token per row: row b is `logits[b]` [V], sampled under `params[b]` at
+    """One token per row of `logits` [B, V]: row b sampled under `params[b]` at
     `positions[b]` of the stream of `seeds[b]`. Rows with the same parameters are sampled
-    as one batch."""
+    as one batch (in an engine call they all are: one batch, no copy)."""
+    first = params[0] if len(params) else None
+    if all(p is first for p in params):  # identity, not equality: no hashing per row
+        return sample(logits, first, seeds, positions) if len(params) else []
     groups: dict[SamplingParams, list[int]] = {}
     for b, p in enumerate(params):
         groups.setdefault(p, []).append(b)
-    tokens = [0] * len(logits)
+    tokens = [0] * len(params)
     for p, rows in groups.items():
-        picked = sample(torch.stack([logits[b] for b in rows]), p, [seeds[b] for b in rows],
-                        [positions[b] for b in rows])
+        index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+        picked = sample(logits.index_select(0, index), p, [seeds[b] for b in rows], [positions[b] for b in rows])
         for b, tok in zip(rows, picked):
             tokens[b] = tok
     return tokens

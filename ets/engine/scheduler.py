@@ -107,9 +107,9 @@ class Scheduler:
             seq.kv_len += len(chunk.token_ids)
             self.counters["computed_tokens"] += len(chunk.token_ids)
         self._unbooked = None
-        for seq, out in zip(plan.owners, outputs):
+        for i, seq in enumerate(plan.owners):
             if seq.scoring:
-                seq.outputs.append(out)
+                seq.outputs.append(outputs[i])
                 if seq.kv_len == len(seq.tokens):
                     self._finish(seq)
         for i, tok in zip(plan.to_sample, tokens):
