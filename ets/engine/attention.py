@@ -65,6 +65,18 @@ class DecodeMeta:
     cols: torch.Tensor    # [B] column of each new token (plain: its position; cascade: - shared)
     rows: torch.Tensor    # [B] arange
     compact: Compaction | None = None  # reused after some sequences left: compact first
+    _index: dict = field(default_factory=dict)
+
+    def write_new(self, buf: torch.Tensor, cols: torch.Tensor, new: torch.Tensor) -> None:
+        """buf[:, b, cols[b]] = new[:, b] for every sequence b (buf [Hkv, B, width, D], new
+        [Hkv, B, D]): one index_copy_ into the rows flattened, at b * width + cols[b], an
+        index computed once per forward for all layers (an advanced-index assignment per
+        layer cost several times more)."""
+        width = buf.shape[2]
+        index = self._index.get(width)
+        if index is None:
+            index = self._index[width] = self.rows * width + cols
+        buf.view(buf.shape[0], -1, buf.shape[3]).index_copy_(1, index, new)
 
     def layer_key(self, layer: int) -> int:
         return layer if self.per_layer else 0
@@ -203,8 +215,8 @@ def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_poo
         if d.compact is not None:
             c = d.compact
             d.kv.compact("ctx", layer, (kv_heads, c.old_rows, d.cap, dim), (kv_heads, n_seq, d.cap, dim), c.keep)
-        k[:, d.rows, d.cols] = new_kv[0]
-        v[:, d.rows, d.cols] = new_kv[1]
+        d.write_new(k, d.cols, new_kv[0])
+        d.write_new(v, d.cols, new_kv[1])
     # The matmuls run over every column of the buffers (cap >= Lmax; those past a
     # sequence's position are masked): sliced to Lmax, K and V are no longer contiguous
     # and CPU matmul falls back to one small product per (kv head, sequence), 2-3x slower

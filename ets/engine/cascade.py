@@ -169,6 +169,6 @@ def _regions(meta: CascadeMeta, k_pool, v_pool, decode, layer: int, new_kv):
         if c is not None:  # some sequences left: their rows (and emptied clusters) go
             decode.kv.compact("own", key, (kv_heads, c.old_rows, *meta.own_slots.shape[1:], dim), k_own.shape, c.keep)
             decode.kv.compact("pre", key, (kv_heads, c.old_clusters, c.old_pre_cols, dim), k_pre.shape, c.keep_clusters)
-        k_own[:, decode.rows, meta.own_cols] = new_kv[0]
-        v_own[:, decode.rows, meta.own_cols] = new_kv[1]
+        decode.write_new(k_own, meta.own_cols, new_kv[0])
+        decode.write_new(v_own, meta.own_cols, new_kv[1])
     return k_pre, v_pre, k_own, v_own
