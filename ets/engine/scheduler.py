@@ -103,19 +103,22 @@ class Scheduler:
         """Book a step's results: `outputs[i]` are chunk i's outputs at its `keep` offsets,
         `tokens[k]` the token sampled for chunk `plan.to_sample[k]`."""
         assert len(outputs) == len(plan.chunks) and len(tokens) == len(plan.to_sample)
+        computed = 0
         for seq, chunk in zip(plan.owners, plan.chunks):
-            seq.kv_len += len(chunk.token_ids)
-            self.counters["computed_tokens"] += len(chunk.token_ids)
+            n = len(chunk.token_ids)
+            seq.kv_len += n
+            computed += n
+        self.counters["computed_tokens"] += computed
+        self.counters["generated_tokens"] += len(tokens)
         self._unbooked = None
         for i, seq in enumerate(plan.owners):
-            if seq.scoring:
+            if seq.params is None:  # scoring
                 seq.outputs.append(outputs[i])
                 if seq.kv_len == len(seq.tokens):
                     self._finish(seq)
         for i, tok in zip(plan.to_sample, tokens):
             seq = plan.owners[i]
             seq.tokens.append(tok)
-            self.counters["generated_tokens"] += 1
             seq.finish = seq.stopper.finish(seq.tokens, seq.n_prompt)
             if seq.finish is not None:
                 self._finish(seq)
@@ -168,8 +171,8 @@ class Scheduler:
             skip = torch.repeat_interleave(torch.cumsum(ns, 0) - ns - starts, ns, output_size=total)
             self.table.write_many(torch.repeat_interleave(rows, ns, output_size=total),
                                   torch.arange(total, device=dev) - skip, slots)
-            for (seq, _), own in zip(wants, slots.split(sizes)):
-                self._add_chunk(plan, seq, own)
+            for (seq, n), own in zip(wants, slots.split(sizes)):
+                self._add_chunk(plan, seq, own, n)
             return plan
         # Short of slots: sequence by sequence, evicting and then preempting the youngest
         # (which leave `running`, so the loop reads it afresh).
@@ -180,18 +183,24 @@ class Scheduler:
             if own is None:  # `seq` itself was preempted; everyone after it too
                 break
             self.table.write(seq.row, seq.kv_len, own)  # positions kv_len..kv_len+n of its row
-            self._add_chunk(plan, seq, own)
+            self._add_chunk(plan, seq, own, own.numel())
             budget -= own.numel()
             i += 1
         return plan
 
     @staticmethod
-    def _add_chunk(plan: Plan, seq: Seq, slots: torch.Tensor) -> None:
-        """Plan `seq`'s next `slots.numel()` tokens (their slots already in its row)."""
-        n, start = slots.numel(), seq.kv_len
-        if not seq.scoring and start + n == len(seq.tokens):
+    def _add_chunk(plan: Plan, seq: Seq, slots: torch.Tensor, n: int) -> None:
+        """Plan `seq`'s next `n` tokens (their `slots` already in its row). Called per
+        sequence per step: a decode step of a few hundred sequences spends its Python here."""
+        start = seq.kv_len
+        if seq.params is None:  # scoring
+            keep = seq.chunk_keep(start, n)
+        elif start + n == len(seq.tokens):  # its last token: sample what follows
             plan.to_sample.append(len(plan.chunks))
-        plan.chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], slots, seq.chunk_keep(start, n),
+            keep = [n - 1]
+        else:
+            keep = []
+        plan.chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], slots, keep,
                                  id(seq.prefix_node), seq.prefix_len, seq.uid))
         plan.owners.append(seq)
 
