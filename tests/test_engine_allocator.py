@@ -1,17 +1,17 @@
-"""The slot allocator hands out the lowest free slots, whatever order they came back in."""
+"""The slot allocator hands out slots freed together side by side, lowest first."""
 
 import torch
 
 from ets.engine.allocator import SlotAllocator
 
 
-def test_alloc_hands_out_the_lowest_free_slots_in_order():
+def test_slots_freed_together_come_back_in_order():
     alloc = SlotAllocator(16, "cpu")
     assert alloc.alloc(4).tolist() == [0, 1, 2, 3]
     taken = alloc.alloc(10)                                   # 4..13
     alloc.free(taken[torch.tensor([7, 2, 9, 0, 5])])          # 11, 6, 13, 4, 9 come back scattered
     assert alloc.n_free == 7
-    assert alloc.alloc(3).tolist() == [4, 6, 9]               # the lowest, ascending: neighbours first
+    assert alloc.alloc(3).tolist() == [4, 6, 9]               # in order, whatever order they were freed in
     assert alloc.alloc(4).tolist() == [11, 13, 14, 15]
     assert alloc.n_free == 0
     alloc.free(torch.tensor([15, 0, 7]))
