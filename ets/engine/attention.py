@@ -72,10 +72,10 @@ class DecodeMeta:
         [Hkv, B, D]): one index_copy_ into the rows flattened, at b * width + cols[b], an
         index computed once per forward for all layers (an advanced-index assignment per
         layer cost several times more)."""
-        width = buf.shape[2]
-        index = self._index.get(width)
+        key = (id(cols), buf.shape[2])  # plain (`self.cols`) or cascade (its own columns)
+        index = self._index.get(key)
         if index is None:
-            index = self._index[width] = self.rows * width + cols
+            index = self._index[key] = self.rows * buf.shape[2] + cols
         buf.view(buf.shape[0], -1, buf.shape[3]).index_copy_(1, index, new)
 
     def layer_key(self, layer: int) -> int:
