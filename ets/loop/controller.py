@@ -38,7 +38,9 @@ ETS cut) lie within that distance of the decision: in those demo runs two beam c
 with different text were 1.8e-7 apart, closer than the jitter, yet no record changed.
 (Candidates with the same text got bit-identical scores within a run, and ties
 keep candidate order.) So a record is reproducible exactly when no decision is that close;
-tests/test_determinism.py checks it on the test configs. ETS's solver also runs under a
+tests/test_determinism.py checks it on the test configs. At scale it does happen: of 120
+W=64 demo records compared between runs of 24 and 60 problems, one ETS record changed (PRM
+scores of identical steps 1.4e-6 apart; docs/RESULTS.md, "REBASE against ETS on 60 problems"). ETS's solver also runs under a
 wall-clock limit (`lp_time_limit`): a solve that runs out falls back to REBASE, which a
 slower or busier machine can make happen on one run and not another (counted in
 `lp_fallback`, and logged).
