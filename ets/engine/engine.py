@@ -180,8 +180,6 @@ class Engine:
     @staticmethod
     def _sample(plan: Plan, outputs: Outputs) -> list[int]:
         """The next token of each chunk in `plan.to_sample`, from its last output (logits)."""
-        if not plan.to_sample:
-            return []
         seqs = [plan.owners[i] for i in plan.to_sample]
         # each draw is read at the new token's position in its sequence
         return sample_rows(outputs.last(plan.to_sample), [s.params for s in seqs],

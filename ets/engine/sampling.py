@@ -122,9 +122,10 @@ def sample_rows(logits: torch.Tensor, params: Sequence[SamplingParams],
     """One token per row of `logits` [B, V]: row b sampled under `params[b]` at
     `positions[b]` of the stream of `seeds[b]`. Rows with the same parameters are sampled
     as one batch (in an engine call they all are: one batch, no copy)."""
-    first = params[0] if len(params) else None
-    if all(p is first for p in params):  # identity, not equality: no hashing per row
-        return sample(logits, first, seeds, positions) if len(params) else []
+    if not params:
+        return []
+    if all(p is params[0] for p in params):  # identity, not equality: no hashing per row
+        return sample(logits, params[0], seeds, positions)
     groups: dict[SamplingParams, list[int]] = {}
     for b, p in enumerate(params):
         groups.setdefault(p, []).append(b)

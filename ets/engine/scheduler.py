@@ -112,7 +112,7 @@ class Scheduler:
         self.counters["generated_tokens"] += len(tokens)
         self._unbooked = None
         for i, seq in enumerate(plan.owners):
-            if seq.params is None:  # scoring
+            if seq.scoring:
                 seq.outputs.append(outputs[i])
                 if seq.kv_len == len(seq.tokens):
                     self._finish(seq)
@@ -193,13 +193,9 @@ class Scheduler:
         """Plan `seq`'s next `n` tokens (their `slots` already in its row). Called per
         sequence per step: a decode step of a few hundred sequences spends its Python here."""
         start = seq.kv_len
-        if seq.params is None:  # scoring
-            keep = seq.chunk_keep(start, n)
-        elif start + n == len(seq.tokens):  # its last token: sample what follows
+        keep = seq.chunk_keep(start, n)
+        if keep and not seq.scoring:  # a generating sequence's last token: sample what follows
             plan.to_sample.append(len(plan.chunks))
-            keep = [n - 1]
-        else:
-            keep = []
         plan.chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], slots, keep,
                                  id(seq.prefix_node), seq.prefix_len, seq.uid))
         plan.owners.append(seq)
