@@ -18,6 +18,7 @@ scaling  Decode tokens/s of B sequences (1..512) over a context of `--context` t
     python scripts/bench_engine.py                          # both suites, demo policy, 1 and 2 threads
     python scripts/bench_engine.py --suite scaling --batches 1,32,128,512 --threads 1
     python scripts/bench_engine.py --model qwen1.5b --device cuda --dtype bfloat16   # random init, no download
+    python scripts/bench_engine.py --kv-dtype float32,bfloat16   # also an engine storing K/V in bfloat16
 
 The last line is `speedup: X.XX` (tree suite, engine / hf, median, the first thread count).
 """
@@ -188,36 +189,55 @@ def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int
     return n * (decode + 1) / (time.perf_counter() - start)
 
 
+def kv_dtypes(args) -> list[str | None]:
+    """The engines to measure, by how they store K/V (None: the model's dtype)."""
+    return [None] if not args.kv_dtype else args.kv_dtype.split(",")
+
+
+def engine_name(kv_dtype: str | None, all_dtypes: list[str | None]) -> str:
+    return "engine" if kv_dtype == all_dtypes[0] else f"engine[KV {kv_dtype}]"
+
+
 def scaling(model, tok, args) -> list[str]:
-    """The batch-scaling table: medians [min-max] of interleaved repeats."""
+    """The batch-scaling table: medians [min-max] of interleaved repeats (one pair of engine
+    columns per KV dtype asked for, the first being `engine`)."""
     gen = torch.Generator().manual_seed(2)
     vocab = min(len(tok), model.config.vocab_size)
     batches = [int(b) for b in args.batches.split(",")]
     biggest = max(batches)
     pool = biggest * (args.context + args.decode + 4) + 64
-    engine = Engine(model, tok, kv_budget_tokens=pool, max_batch_tokens=max(8192, biggest * 2))
+    dtypes = kv_dtypes(args)
+    engines = {kvd: Engine(model, tok, kv_budget_tokens=pool, max_batch_tokens=max(8192, biggest * 2), kv_dtype=kvd)
+               for kvd in dtypes}
     distinct = [torch.randint(3, vocab, (args.context,), generator=gen).tolist() for _ in range(biggest)]
-    kinds = ["distinct", "shared", "floor"] + (["hf"] if args.hf_scaling else [])
-    cells: dict[tuple[str, int], list[float]] = {}
-    scaling_cell("engine", model, engine, distinct[:2], 2, args.device)  # warm-up
-    scaling_cell("floor", model, engine, distinct[:2], 2, args.device)
+    kinds = [(kind, kvd) for kvd in dtypes for kind in ("distinct", "shared")]
+    kinds += [("floor", None)] + ([("hf", None)] if args.hf_scaling else [])
+    cells: dict[tuple, list[float]] = {}
+    for engine in engines.values():  # warm-up
+        scaling_cell("engine", model, engine, distinct[:2], 2, args.device)
+    scaling_cell("floor", model, None, distinct[:2], 2, args.device)
     for _ in range(args.repeats):
         for b in batches:
-            for kind in kinds:
+            for kind, kvd in kinds:
                 prompts = [distinct[0]] * b if kind == "shared" else distinct[:b]
                 how = "engine" if kind in ("distinct", "shared") else kind
-                cells.setdefault((kind, b), []).append(scaling_cell(how, model, engine, prompts, args.decode, args.device))
-    engine.check()
-    head = {"distinct": "engine, distinct contexts", "shared": "engine, shared prefix",
+                cells.setdefault((kind, kvd, b), []).append(
+                    scaling_cell(how, model, engines.get(kvd), prompts, args.decode, args.device))
+    for engine in engines.values():
+        engine.check()
+    head = {"distinct": "distinct contexts", "shared": "shared prefix",
             "floor": "model floor (1-token context)", "hf": "transformers decode (DynamicCache)"}
+    names = [head[k] if k in ("floor", "hf") else f"{engine_name(kvd, dtypes)}, {head[k]}" for k, kvd in kinds]
+    ratios = [f"{engine_name(kvd, dtypes)} {k} / floor" for kvd in dtypes for k in ("distinct", "shared")]
     lines = [f"scaling: decode tokens/s, context {args.context} -> {args.context + args.decode + 1} tokens, "
              f"{args.decode + 1} forwards; median [min-max] of {args.repeats} interleaved repeats",
-             "| sequences | " + " | ".join(head[k] for k in kinds) + " | distinct / floor | shared / floor |",
-             "|---" * (len(kinds) + 3) + "|"]
+             "| sequences | " + " | ".join(names + ratios) + " |",
+             "|---" * (len(names) + len(ratios) + 1) + "|"]
     for b in batches:
-        med = {k: statistics.median(cells[(k, b)]) for k in kinds}
-        lines.append(f"| {b} | " + " | ".join(summary(cells[(k, b)]) for k in kinds)
-                     + f" | {med['distinct'] / med['floor']:.2f} | {med['shared'] / med['floor']:.2f} |")
+        floor = statistics.median(cells[("floor", None, b)])
+        ratio_cells = [f"{statistics.median(cells[(k, kvd, b)]) / floor:.2f}" for kvd in dtypes for k in ("distinct", "shared")]
+        lines.append(f"| {b} | " + " | ".join(summary(cells[(k, kvd, b)]) for k, kvd in kinds)
+                     + " | " + " | ".join(ratio_cells) + " |")
     return lines
 
 
@@ -229,9 +249,12 @@ def tree(model, tok, args) -> tuple[list[str], float]:
     prompts = [torch.randint(32, 127, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.problems)]
     search = SearchConfig(width=args.width, max_step_tokens=args.step_tokens, temperature=1.0, seed=0)
     policy_cfg = PolicyConfig(model="tiny:llama", kv_budget_tokens=args.kv_budget, device=args.device)
-    engine = Engine(model, tok, kv_budget_tokens=args.kv_budget, max_batch_tokens=policy_cfg.max_batch_tokens)
-    engine_policy = EnginePolicy(engine, policy_cfg, search)
-    backends = {"engine": engine_policy}
+    dtypes = kv_dtypes(args)
+    backends: dict[str, object] = {}
+    for kvd in dtypes:
+        engine = Engine(model, tok, kv_budget_tokens=args.kv_budget, max_batch_tokens=policy_cfg.max_batch_tokens,
+                        kv_dtype=kvd)
+        backends[engine_name(kvd, dtypes)] = EnginePolicy(engine, policy_cfg, search)
     if not args.no_hf:
         backends["hf"] = HFPolicy(model, tok, policy_cfg, search)
     warm = argparse.Namespace(**{**vars(args), "steps": 1, "problems": 1})
@@ -240,31 +263,38 @@ def tree(model, tok, args) -> tuple[list[str], float]:
     results: dict[str, list[dict]] = {name: [] for name in backends}
     for _ in range(args.repeats):
         for name, policy in backends.items():
-            if name == "engine":
-                engine_policy.release_all()
-                engine.evict()  # every repeat starts from an empty cache
-                engine.reset_stats()
+            if isinstance(policy, EnginePolicy):
+                policy.release_all()
+                policy.engine.evict()  # every repeat starts from an empty cache
+                policy.engine.reset_stats()
             results[name].append(run(policy, prompts, args))
-    engine.check()
-    e = results["engine"][-1]
-    est = e["stats"]
+    width = max(map(len, backends))
     lines = [f"tree: {args.problems} problems x width {args.width} ({args.beams} beams), {args.steps} steps of <= "
              f"{args.step_tokens} tokens, prompts {args.prompt_tokens} tokens; median [min-max] of {args.repeats} "
              "interleaved repeats"]
     for name, rs in results.items():
-        lines.append(f"{name:6s}: {rs[-1]['tokens']} tokens/run, tok/s {summary([r['tok_s'] for r in rs])}")
+        lines.append(f"{name:{width}s}: {rs[-1]['tokens']} tokens/run, tok/s {summary([r['tok_s'] for r in rs])}")
     ratio = float("nan")
     if "hf" in results:
-        ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(results["engine"], results["hf"])]
-        ratio = statistics.median(ratios)
-        lines.append(f"ratio (engine / hf), per repeat: median {ratio:.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
+        for kvd in dtypes:
+            name = engine_name(kvd, dtypes)
+            ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(results[name], results["hf"])]
+            ratio = statistics.median(ratios) if kvd == dtypes[0] else ratio
+            lines.append(f"ratio ({name} / hf), per repeat: median {statistics.median(ratios):.2f} "
+                         f"[{min(ratios):.2f}-{max(ratios):.2f}]")
         lines.append(f"hf KV: peak resident {results['hf'][-1]['stats']['peak_kv_tokens']} tokens (no sharing)")
-    lines.append(f"engine KV: peak live {est['peak_live_kv_tokens']} tokens (locked paths + running samples), "
-                 f"peak resident {est['peak_kv_tokens']} (pool {est['pool_kv_tokens']}); locked after a round at most "
-                 f"{e['locked_peak']} vs {e['live_unique_peak']} unique tokens of the live paths (a handle does not "
-                 "hold its path's last, uncomputed token)")
-    lines.append(f"engine work: computed {est['computed_tokens']} tokens, cache hits {est['cache_hit_tokens']}, "
-                 f"evicted {est['evicted_tokens']}, preempted {est['preempted']}")
+    for kvd in dtypes:
+        name = engine_name(kvd, dtypes)
+        backends[name].engine.check()
+        e = results[name][-1]
+        est = e["stats"]
+        lines.append(f"{name} KV: peak live {est['peak_live_kv_tokens']} tokens (locked paths + running samples), "
+                     f"peak resident {est['peak_kv_tokens']} (pool {est['pool_kv_tokens']}, "
+                     f"{est['pool_kv_bytes'] / 2**20:.0f} MiB); locked after a round at most {e['locked_peak']} vs "
+                     f"{e['live_unique_peak']} unique tokens of the live paths (a handle does not hold its path's "
+                     "last, uncomputed token)")
+        lines.append(f"{name} work: computed {est['computed_tokens']} tokens, cache hits {est['cache_hit_tokens']}, "
+                     f"evicted {est['evicted_tokens']}, preempted {est['preempted']}")
     return lines, ratio
 
 
@@ -274,6 +304,9 @@ def main() -> None:
     ap.add_argument("--model", default="demo", help="demo | qwen1.5b | tiny:<arch>")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--kv-dtype", default=None, help="the engine's KV storage: float32, bfloat16, float16 "
+                    "(default: the model's dtype); several, comma-separated, measure one engine each in the "
+                    "same run (the first is `engine`, whose ratio ends the report)")
     ap.add_argument("--threads", default="1,2", help="torch threads to measure, comma-separated (CPU)")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats; medians are reported")
     ap.add_argument("--quick", action="store_true", help="a small, fast version of every suite (a smoke run)")
@@ -298,7 +331,7 @@ def main() -> None:
     suites = args.suite.split(",")
     model, tok = build_model(args.model, args.device, args.dtype)
     report = [f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
-              f"{args.dtype}) on {args.device}; torch {torch.__version__}; OMP_WAIT_POLICY="
+              f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}) on {args.device}; torch {torch.__version__}; OMP_WAIT_POLICY="
               f"{os.environ.get('OMP_WAIT_POLICY')}; figures from one run (a shared machine: compare ratios only)"]
     first_ratio = float("nan")
     for i, threads in enumerate(int(t) for t in args.threads.split(",")):

@@ -16,7 +16,9 @@ Public API
         device="cpu", dtype="float32",
         tokenizer=None,              # needed for stop strings when passing a built model
         max_batch_tokens=None,       # new tokens per forward, longer prefills chunked
-    )                                #   (None: DEFAULT_MAX_BATCH_TOKENS)
+                                     #   (None: DEFAULT_MAX_BATCH_TOKENS)
+        kv_dtype=None,               # how K/V are stored: float32, bfloat16, float16 (None: as the
+    )                                #   model; narrower: fewer bytes, logits within its precision)
 
     # new tokens per prompt; stop: strings and/or token ids (the stopping tokens are kept)
     outs = engine.generate(prompts, max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=0,
@@ -56,7 +58,7 @@ unless one sequence alone exceeds the pool (a ValueError up front naming
 
 Layout (one step: engine -> scheduler.schedule -> runner -> attention -> sampling ->
 scheduler.postprocess; the scheduler only plans and never sees the model):
-    pool.py       KV tensors               allocator.py  free slots
+    pool.py       KV tensors (kv_dtype)    allocator.py  free slots
     radix.py      prefix index (MatchResult, InsertResult)
     table.py      per-sequence slots       sequence.py   one request (Seq), a Chunk of it
     scheduler.py  admission, memory, the step's Plan, postprocess (no model)

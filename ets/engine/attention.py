@@ -223,11 +223,12 @@ def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_poo
     # at a few hundred sequences than the extra columns (at most HEADROOM) cost.
     width = k.shape[2]
     scaling = dim ** -0.5 if scaling is None else scaling
-    q4 = (q * scaling).view(n_seq, kv_heads, heads // kv_heads, dim).transpose(0, 1)  # [Hkv, B, rep, D]
+    # In the pool's dtype (pool.py: K/V may be stored narrower than the model computes).
+    q4 = (q * scaling).view(n_seq, kv_heads, heads // kv_heads, dim).transpose(0, 1).to(k.dtype)  # [Hkv, B, rep, D]
     scores = torch.matmul(q4, k.transpose(-1, -2)) + group.bias(window, width)         # [Hkv, B, rep, W]
-    probs = scores.float().softmax(dim=-1).to(q.dtype)
+    probs = scores.float().softmax(dim=-1).to(v.dtype)
     out = torch.matmul(probs, v)                                                        # [Hkv, B, rep, D]
-    return out.transpose(0, 1).reshape(n_seq, heads, dim)
+    return out.transpose(0, 1).reshape(n_seq, heads, dim).to(q.dtype)
 
 
 def _attend_group(group: AttentionGroup, q: torch.Tensor, k_pool, v_pool, scaling, window,
@@ -239,8 +240,9 @@ def _attend_group(group: AttentionGroup, q: torch.Tensor, k_pool, v_pool, scalin
     shape = (k_pool.shape[0], *group.kv_slots.shape, dim)
     k_out = workspace.get("k", shape) if workspace is not None else None
     v_out = workspace.get("v", shape) if workspace is not None else None
-    k = take(k_pool, group.kv_slots, out=k_out).transpose(0, 1)
-    v = take(v_pool, group.kv_slots, out=v_out).transpose(0, 1)
+    # SDPA wants one dtype: K/V stored narrower (pool.py) are widened to the queries'
+    k = take(k_pool, group.kv_slots, out=k_out).transpose(0, 1).to(q.dtype)
+    v = take(v_pool, group.kv_slots, out=v_out).transpose(0, 1).to(q.dtype)
     if group.q_dst is None:
         qp = q.unsqueeze(2)  # [B, H, 1, D]
     else:

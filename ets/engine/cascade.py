@@ -128,7 +128,8 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     n_clusters, p_max = meta.pre_slots.shape
     cg = n_clusters * meta.g_max
     scaling = dim ** -0.5 if scaling is None else scaling
-    q4 = (q * scaling).view(n_seq, kv_heads, rep, dim).transpose(0, 1)  # [Hkv, B, rep, D]
+    # in the pool's dtype, as attention._attend_decode
+    q4 = (q * scaling).view(n_seq, kv_heads, rep, dim).transpose(0, 1).to(k_pool.dtype)  # [Hkv, B, rep, D]
     k_pre, v_pre, k_own, v_own = _regions(meta, k_pool, v_pool, decode, layer, new_kv)
 
     # prefix scores in the cluster layout [Hkv, C, Gmax*rep, Pmax], then per sequence
@@ -141,14 +142,14 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     s_own = torch.matmul(q4, k_own.transpose(-1, -2))
 
     scores = torch.cat([s_pre + meta.pre_bias_seq, s_own + meta.own_bias], dim=-1)
-    probs = scores.float().softmax(dim=-1).to(q.dtype)
+    probs = scores.float().softmax(dim=-1).to(v_pool.dtype)
     p_pre, p_own = probs.split([p_max, probs.shape[-1] - p_max], dim=-1)
     out = torch.matmul(p_own, v_own)  # [Hkv, B, rep, D]
 
     pc = meta.to_clusters("p", p_pre)
     out_pre = torch.matmul(pc.reshape(kv_heads, n_clusters, -1, p_max), v_pre)
     out = out + meta.to_sequences(out_pre.view(kv_heads, cg, rep, dim))
-    return out.transpose(0, 1).reshape(n_seq, heads, dim)
+    return out.transpose(0, 1).reshape(n_seq, heads, dim).to(q.dtype)
 
 
 def _regions(meta: CascadeMeta, k_pool, v_pool, decode, layer: int, new_kv):

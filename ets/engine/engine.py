@@ -16,7 +16,7 @@ import torch
 
 from ets.engine.allocator import SlotAllocator
 from ets.engine.attention import check_supported
-from ets.engine.pool import KVPool
+from ets.engine.pool import KVPool, kv_storage_dtype
 from ets.engine.prefix import shared_prefixes
 from ets.engine.radix import RadixNode, RadixTree
 from ets.engine.runner import ModelRunner, Outputs
@@ -57,9 +57,10 @@ def sample_seed(seed: int, k: int) -> int:
 
 class Engine:
     def __init__(self, model, tokenizer=None, kv_budget_tokens: int | None = None,
-                 max_batch_tokens: int | None = None):
+                 max_batch_tokens: int | None = None, kv_dtype: str | torch.dtype | None = None):
         """kv_budget_tokens: the pool, in tokens (None: DEFAULT_KV_TOKENS); max_batch_tokens:
-        new tokens per forward, longer prefills are chunked (None: DEFAULT_MAX_BATCH_TOKENS)."""
+        new tokens per forward, longer prefills are chunked (None: DEFAULT_MAX_BATCH_TOKENS);
+        kv_dtype: how K/V are stored (None: the model's dtype; see pool.kv_dtype)."""
         kv_budget_tokens = DEFAULT_KV_TOKENS if kv_budget_tokens is None else kv_budget_tokens
         max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS if max_batch_tokens is None else max_batch_tokens
         if max_batch_tokens < 1:
@@ -69,7 +70,8 @@ class Engine:
         self.tokenizer = tokenizer
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.pool = KVPool.for_model(model.config, kv_budget_tokens, self.dtype, self.device)
+        self.pool = KVPool.for_model(model.config, kv_budget_tokens, kv_storage_dtype(kv_dtype, self.dtype),
+                                     self.device)
         self.allocator = SlotAllocator(kv_budget_tokens, self.device)
         self.tree = RadixTree(self.device)
         self.table = SlotTable(self.device)
@@ -88,7 +90,7 @@ class Engine:
     @classmethod
     def from_pretrained(cls, path_or_model, kv_budget_tokens: int | None = None, device: str = "cpu",
                         dtype: str | torch.dtype = "float32", tokenizer=None, max_batch_tokens: int | None = None,
-                        seed: int = 0) -> "Engine":
+                        seed: int = 0, kv_dtype: str | torch.dtype | None = None) -> "Engine":
         """From a path, hub name or `tiny:<arch>` (loaded with its tokenizer), or from a
         built model (then `device`/`dtype` are its own; pass `tokenizer` for stop strings)."""
         if isinstance(path_or_model, str):
@@ -98,7 +100,7 @@ class Engine:
             tokenizer = tokenizer or loaded_tok
         else:
             model = path_or_model
-        return cls(model, tokenizer, kv_budget_tokens, max_batch_tokens)
+        return cls(model, tokenizer, kv_budget_tokens, max_batch_tokens, kv_dtype)
 
     # ------------------------------------------------------------- generation
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 1.0,

@@ -9,11 +9,30 @@ nothing else allocates KV.
 
 Heads first: a gather of slots along dim 1 gives [Hkv, B, L, D], already batched by kv head
 for the attention matmuls (no permute copy), and K^T is a free transposed view.
+
+K/V may be stored narrower than the model computes (`kv_dtype`, e.g. bfloat16 under a
+float32 model): half the bytes per token, so twice the tokens in the same memory, and
+decode attention, which at large batches is bound by reading K/V, reads half as much.
+The attention then works in that dtype (queries rounded to it, softmax in float32), so
+the logits move by about bfloat16's precision: an option, not the default.
 """
 
 from __future__ import annotations
 
 import torch
+
+KV_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def kv_storage_dtype(kv_dtype: str | torch.dtype | None, model_dtype: torch.dtype) -> torch.dtype:
+    """The pool's dtype: `kv_dtype` (a name in KV_DTYPES or a torch dtype), None: the model's."""
+    if kv_dtype is None:
+        return model_dtype
+    name = str(kv_dtype).removeprefix("torch.")
+    if name not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {', '.join(KV_DTYPES)} (or None: the model's dtype), "
+                         f"got {kv_dtype!r}")
+    return getattr(torch, name)
 
 
 class KVPool:
