@@ -34,11 +34,15 @@ def _rounded(pool: torch.Tensor) -> torch.Tensor:
     return pool.to(torch.bfloat16).float()
 
 
+@pytest.mark.parametrize("narrow", [True, False])
 @pytest.mark.parametrize("layout", ["cascade", "plain"])
-def test_decode_attention_over_a_bfloat16_pool(layout):
+def test_decode_attention_over_a_bfloat16_pool(layout, narrow, monkeypatch):
     """The decode paths (shared-prefix cascade, and plain over kept buffers) on a bfloat16
-    pool against float32 SDPA over the same rounded K/V: they agree to bfloat16's precision
-    (queries and scores rounded too)."""
+    pool against float32 SDPA over the same rounded K/V: multiplied in bfloat16 (as large
+    buffers are) they agree to its precision, queries and scores being rounded too; widened
+    (small CPU buffers, pool.operands), to float32's."""
+    from ets.engine import pool
+    monkeypatch.setattr(pool, "NARROW_MIN_ELEMENTS", 0 if narrow else 1 << 30)
     from ets.engine import cascade
     from ets.engine.attention import AttentionGroup, DecodeMeta, _attend_decode, _attend_group
     from ets.engine.workspace import DecodeKV
@@ -68,8 +72,11 @@ def test_decode_attention_over_a_bfloat16_pool(layout):
         got = _attend_decode(group, q, None, k16, v16, 0, 0.3, None)
     assert got.dtype == torch.float32
     rounded = _attend_group(reference, q, _rounded(k32), _rounded(v32), 0.3, None)
-    torch.testing.assert_close(got, rounded, atol=2e-2, rtol=0)
-    assert (got - rounded).abs().max() > 1e-5  # it did compute in bfloat16 (queries, scores)
+    if narrow:
+        torch.testing.assert_close(got, rounded, atol=2e-2, rtol=0)
+        assert (got - rounded).abs().max() > 1e-5  # it did multiply in bfloat16
+    else:
+        torch.testing.assert_close(got, rounded, atol=1e-5, rtol=0)
 
 
 def test_a_search_runs_on_a_bfloat16_cache(tmp_path):

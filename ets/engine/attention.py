@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from ets.engine import cascade
 from ets.engine.cascade import CascadeMeta, take
+from ets.engine.pool import operands
 from ets.engine.workspace import DecodeKV, Workspace
 from ets.models.load import ModelLoadError
 
@@ -223,7 +224,7 @@ def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_poo
     # at a few hundred sequences than the extra columns (at most HEADROOM) cost.
     width = k.shape[2]
     scaling = dim ** -0.5 if scaling is None else scaling
-    # In the pool's dtype (pool.py: K/V may be stored narrower than the model computes).
+    k, v = operands(k, v, q.dtype)
     q4 = (q * scaling).view(n_seq, kv_heads, heads // kv_heads, dim).transpose(0, 1).to(k.dtype)  # [Hkv, B, rep, D]
     scores = torch.matmul(q4, k.transpose(-1, -2)) + group.bias(window, width)         # [Hkv, B, rep, W]
     probs = scores.float().softmax(dim=-1).to(v.dtype)

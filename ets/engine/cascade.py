@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ets.engine.pool import operands
+
 
 def take(pool: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """pool [Hkv, N, D] gathered at slot `index` (any shape S) -> [Hkv, *S, D], into `out`
@@ -128,28 +130,30 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     n_clusters, p_max = meta.pre_slots.shape
     cg = n_clusters * meta.g_max
     scaling = dim ** -0.5 if scaling is None else scaling
-    # in the pool's dtype, as attention._attend_decode
-    q4 = (q * scaling).view(n_seq, kv_heads, rep, dim).transpose(0, 1).to(k_pool.dtype)  # [Hkv, B, rep, D]
+    q4 = (q * scaling).view(n_seq, kv_heads, rep, dim).transpose(0, 1)  # [Hkv, B, rep, D]
     k_pre, v_pre, k_own, v_own = _regions(meta, k_pool, v_pool, decode, layer, new_kv)
+    # each region in the dtype its matmuls take (stored, or widened when small: attention.operands)
+    k_pre, v_pre = operands(k_pre, v_pre, q.dtype)
+    k_own, v_own = operands(k_own, v_own, q.dtype)
 
     # prefix scores in the cluster layout [Hkv, C, Gmax*rep, Pmax], then per sequence
-    qc = meta.to_clusters("q", q4)
+    qc = meta.to_clusters("q", q4.to(k_pre.dtype))
     s_pre = torch.matmul(qc.reshape(kv_heads, n_clusters, -1, dim), k_pre.transpose(-1, -2))
     s_pre = meta.to_sequences(s_pre.view(kv_heads, cg, rep, p_max))  # [Hkv, B, rep, Pmax]
 
     # own scores [Hkv, B, rep, cap]: every column of the (contiguous) buffers, those past
     # S_b masked, as in attention._attend_decode
-    s_own = torch.matmul(q4, k_own.transpose(-1, -2))
+    s_own = torch.matmul(q4.to(k_own.dtype), k_own.transpose(-1, -2))
 
     scores = torch.cat([s_pre + meta.pre_bias_seq, s_own + meta.own_bias], dim=-1)
-    probs = scores.float().softmax(dim=-1).to(v_pool.dtype)
+    probs = scores.float().softmax(dim=-1)
     p_pre, p_own = probs.split([p_max, probs.shape[-1] - p_max], dim=-1)
-    out = torch.matmul(p_own, v_own)  # [Hkv, B, rep, D]
+    out = torch.matmul(p_own.to(v_own.dtype), v_own).to(q.dtype)  # [Hkv, B, rep, D]
 
-    pc = meta.to_clusters("p", p_pre)
+    pc = meta.to_clusters("p", p_pre.to(v_pre.dtype))
     out_pre = torch.matmul(pc.reshape(kv_heads, n_clusters, -1, p_max), v_pre)
     out = out + meta.to_sequences(out_pre.view(kv_heads, cg, rep, dim))
-    return out.transpose(0, 1).reshape(n_seq, heads, dim).to(q.dtype)
+    return out.transpose(0, 1).reshape(n_seq, heads, dim)
 
 
 def _regions(meta: CascadeMeta, k_pool, v_pool, decode, layer: int, new_kv):
