@@ -3,8 +3,9 @@ problem, not on concurrency, the pool size, admission order or an interruption.
 
 Real tiny models (configs/tiny.yaml: tiny:llama policy, step-tag PRM on tiny:llama),
 sampled at temperature 1. Records are compared whole, minus what measures time
-(`wall_time`, the strategies' `*_seconds`); step scores to 1e-6 (the PRM scores each
-round's children in a batch whose composition changes with what is in flight).
+(`wall_time`, the strategies' `*_seconds`); on the engine, step scores bit for bit (its
+forwards are shaped so that a sequence's numbers do not depend on its batch-mates:
+tests/test_engine_batch_invariance.py), on the transformers backend to 1e-6.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def comparable(path: Path) -> dict[str, dict]:
     return out
 
 
-def assert_same_records(a: Path, b: Path) -> None:
+def assert_same_records(a: Path, b: Path, exact: bool = True) -> None:
+    """The same records; `exact`: step scores too, bit for bit (else to 1e-6)."""
     ra, rb = comparable(a), comparable(b)
     assert sorted(ra) == sorted(rb) and ra
     for pid in ra:
@@ -56,7 +58,7 @@ def assert_same_records(a: Path, b: Path) -> None:
         assert x == y, f"problem {pid}: records differ"
         assert [len(s) for s in scores_x] == [len(s) for s in scores_y]
         for sx, sy in zip(scores_x, scores_y):
-            assert sx == pytest.approx(sy, abs=1e-6)
+            assert sx == (sy if exact else pytest.approx(sy, abs=1e-6))
 
 
 def overrides(data: Path, backend: str, *extra: str) -> list[str]:
@@ -95,11 +97,13 @@ def test_hf_records_do_not_depend_on_concurrency_and_match_the_engine(tmp_path, 
     base = overrides(data, "hf")
     alone = run_to(tmp_path, "c1", [*base, "concurrency=1"])
     together = run_to(tmp_path, "c4", [*base, "concurrency=4"])
-    assert_same_records(alone, together)
+    # transformers' padded batches (and this PRM's, on its plain forward) round by their
+    # shape: the scores agree to 1e-6, not bit for bit as on the engine
+    assert_same_records(alone, together, exact=False)
     # Both backends draw sample j of a node from (its seed, j) with the same sampling rule:
     # on these models their logits agree closely enough to give the same records.
     on_engine = run_to(tmp_path, "engine", overrides(data, "engine", "concurrency=2"))
-    assert_same_records(alone, on_engine)
+    assert_same_records(alone, on_engine, exact=False)
 
 
 def test_ets_strategy_records_do_not_depend_on_concurrency(tmp_path, data):

@@ -192,6 +192,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         else:
             outs.append(_attend_group(group, q, k_pool, v_pool, scaling, window, batch.workspace))
         start += group.num_tokens
+    if start < q_all.shape[0]:  # the runner's padding rows (runner.MIN_ROWS): outputs dropped
+        outs.append(q_all.new_zeros(q_all.shape[0] - start, *q_all.shape[1:]))
     out = outs[0] if len(outs) == 1 else torch.cat(outs)
     return out.unsqueeze(0), None
 

@@ -86,7 +86,7 @@ class CascadeMeta:
 
 
 def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of: list[int],
-          member_of: list[int], ends: list[int], device, cap: int | None = None) -> CascadeMeta:
+          member_of: list[int], ends: list[int], device, cap: int | None = None, key_block: int = 1) -> CascadeMeta:
     """Metadata for B decode sequences sorted by cluster. `rows[b]` is b's table row,
     `shared[b]` its cluster's prefix length, `ends[b]` its context length after this step;
     `cap` (>= Smax): the own columns the gather buffers hold."""
@@ -96,7 +96,9 @@ def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of
     p_len = [0] * n_clusters
     for b in range(len(rows) - 1, -1, -1):
         first[cluster_of[b]], p_len[cluster_of[b]] = b, shared[b]
-    p_max = max(1, max(p_len))
+    # prefix columns padded to a multiple of `key_block` (masked; runner.KEY_BLOCK): a
+    # sequence's sums then run in the same order whatever its batch-mates' prefixes are
+    p_max = min(-(-max(1, max(p_len)) // key_block) * key_block, table.shape[1])
     pre_slots = table[rows[torch.tensor(first, device=device)], :p_max]
     p_len_t = torch.tensor(p_len, device=device)
     seq_p = p_len_t[torch.tensor(cluster_of, device=device)]

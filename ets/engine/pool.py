@@ -57,10 +57,13 @@ class KVPool:
                  dtype: torch.dtype, device: torch.device | str):
         if num_slots < 1:
             raise ValueError(f"kv_budget_tokens must be >= 1, got {num_slots}")
-        shape = (num_kv_heads, num_slots, head_dim)
+        # One slot more than the budget: `scratch_slot`, never handed out, where the runner's
+        # padding rows (runner.MIN_ROWS) write K/V nothing reads.
+        shape = (num_kv_heads, num_slots + 1, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.num_slots = num_slots
+        self.scratch_slot = num_slots
         self.device = torch.device(device)
         # keys + values, every layer, for one token
         self.bytes_per_token = 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()

@@ -10,6 +10,7 @@ e.g. the `transformers` baseline, between calls). It owns no memory decisions.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from typing import Sequence
 
 import torch
@@ -19,6 +20,27 @@ from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
 from ets.engine.table import SlotTable
 from ets.engine.workspace import HEADROOM, DecodeKV, Workspace
+
+# Batch invariance: a sequence's numbers do not depend on what else is in its forward,
+# bit for bit, so a search's records depend on its problem and seed only (not on which
+# problems ran beside it, concurrency, or the pool). Float sums round by the order they
+# run in, and kernels pick that order by the shape of the whole batch; on the CPU:
+# - BLAS multiplies a matrix of fewer than ~16 rows another way: every forward runs at
+#   least MIN_ROWS rows (padding rows, dropped), and as many kept logits rows;
+# - SDPA and softmax sum a row's keys in another order when their padded count changes:
+#   prefill keys, the cascade's prefix columns and the decode buffers' columns are
+#   padded (masked) to a multiple of KEY_BLOCK; one query alone is padded to two;
+# - a decode step's attention is split (cascade.py) where its own request's path ends,
+#   not where the cache happened to end, and it joins the plain group (alone on its path)
+#   or the cascade group (with siblings) by its own request: a 1-row prefix matmul of a
+#   lone sequence is computed as such whatever clusters are beside it.
+# Found equal bit for bit on this CPU with one thread, and with two for the small test
+# models (tests/test_engine_batch_invariance.py).
+# Not covered: several threads (BLAS may split a matmul's sums by its size), GPU kernels
+# (chosen by shape), sliding-window layers (their path follows the batch's longest
+# context), and KV recomputed after a preemption (prefill instead of decode arithmetic).
+MIN_ROWS = 16
+KEY_BLOCK = 16
 
 
 class Outputs(Sequence[torch.Tensor]):
@@ -54,8 +76,10 @@ class ModelRunner:
         self.device = pool.device
         dtype = pool.k[0].dtype
         self.workspace = Workspace(dtype, self.device)
-        # kept decode buffers: at most as much memory again as the pool itself
-        self.decode_kv = DecodeKV(len(pool.k), dtype, self.device, limit_bytes=pool.num_bytes)
+        # kept decode buffers, of the plain group (False) and of the cascade one (True): each
+        # at most as much memory again as the pool itself
+        self.decode_kv = {shared: DecodeKV(len(pool.k), dtype, self.device, limit_bytes=pool.num_bytes)
+                          for shared in (False, True)}
         # the decode group's cascade metadata of the last forward, advanced in place while the
         # kept buffers are reused as they are (workspace.DecodeKV.plan: same sequences, one
         # step further); any other plan builds it afresh
@@ -75,8 +99,13 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, chunks: list[Chunk], hidden: bool = False) -> "Outputs":
         """Per chunk, the logits (or final hidden states) at its `keep` offsets: [len(keep), V]."""
-        # Decode chunks first (by cluster), then prefill chunks: each group is contiguous.
-        order = sorted(range(len(chunks)), key=lambda i: (len(chunks[i].token_ids) > 1, chunks[i].cluster))
+        # Decode chunks first: those alone on their path (plain attention), then those with
+        # siblings (cascade attention, by cluster); then prefill chunks. Each group is
+        # contiguous. (Which group a sequence joins depends on its own request only: see
+        # MIN_ROWS.)
+        sizes = Counter(c.cluster for c in chunks if c.decode)
+        kind = [(0 if sizes[c.cluster] == 1 else 1) if c.decode else 2 for c in chunks]
+        order = sorted(range(len(chunks)), key=lambda i: (kind[i], chunks[i].cluster))
         ordered = [chunks[i] for i in order]
         ids: list[int] = []
         pos: list[int] = []
@@ -86,31 +115,42 @@ class ModelRunner:
             ids.extend(c.token_ids)
             pos.extend(range(c.start, c.start + len(c.token_ids)))
             keep.extend(base + k for k in c.keep)
-        n_decode = sum(1 for c in ordered if len(c.token_ids) == 1)
+        n_plain, n_cascade = kind.count(0), kind.count(1)
+        n_decode = n_plain + n_cascade
         groups = []
-        if n_decode:
-            groups.append(self._group(ordered[:n_decode], decode=True))
+        for shared, lo, hi in ((False, 0, n_plain), (True, n_plain, n_decode)):
+            if hi > lo:
+                groups.append(self._group(ordered[lo:hi], decode=True, shared=shared))
+            else:  # a forward without this kind of decode token: its kept buffers go stale
+                self.decode_kv[shared].uids = None
         if n_decode < len(ordered):
             groups.append(self._group(ordered[n_decode:], decode=False))
-        if not n_decode:
-            self.decode_kv.uids = None  # a forward without decode tokens: the kept buffers go stale
-        batch = attention.PackedBatch(self.pool.k, self.pool.v, torch.cat([c.slots for c in ordered]), groups,
-                                      self.workspace)
 
+        # At least MIN_ROWS rows through the model's matmuls (copies of the last token, and
+        # of the last kept row; their outputs are dropped, their K/V go to a scratch slot):
+        # see MIN_ROWS
+        ids += ids[-1:] * (MIN_ROWS - len(ids))
+        pos += pos[-1:] * (MIN_ROWS - len(pos))
+        n_keep = len(keep)
+        keep += keep[-1:] * (MIN_ROWS - len(keep))
         dev = self.device
         input_ids = torch.tensor([ids], dtype=torch.long, device=dev)
         position_ids = torch.tensor([pos], dtype=torch.long, device=dev)
         keep_t = torch.tensor(keep, dtype=torch.long, device=dev)
+        slots = torch.cat([c.slots for c in ordered])
+        if len(ids) > len(slots):  # the padding rows write their K/V to the pool's scratch slot
+            slots = torch.cat([slots, slots.new_full((len(ids) - len(slots),), self.pool.scratch_slot)])
+        batch = attention.PackedBatch(self.pool.k, self.pool.v, slots, groups, self.workspace)
         with self._paged_attention():
             if hidden:
                 out = self.model.base_model(
                     input_ids=input_ids, position_ids=position_ids, use_cache=False, ets_batch=batch
-                ).last_hidden_state[0, keep_t]
+                ).last_hidden_state[0, keep_t[:n_keep]]
             else:
                 out = self.model(
                     input_ids=input_ids, position_ids=position_ids, use_cache=False,
                     logits_to_keep=keep_t, ets_batch=batch,
-                ).logits[0]
+                ).logits[0, :n_keep]
         first = [0] * len(chunks)  # chunk i's outputs are rows first[i]..first[i] + len(keep) of `out`
         row = 0
         for i in order:
@@ -118,8 +158,9 @@ class ModelRunner:
             row += len(chunks[i].keep)
         return Outputs(out, first, [len(c.keep) for c in chunks])
 
-    def _cascade(self, chunks: list[Chunk], rows: torch.Tensor, cap: int | None = None) -> cascade.CascadeMeta | None:
-        """Cascade metadata when some decode chunks share a prefix (else plain attention)."""
+    def _cascade(self, chunks: list[Chunk], rows: torch.Tensor, cap: int | None = None) -> cascade.CascadeMeta:
+        """Cascade metadata: the decode chunks by cluster, each split where its cluster's
+        shared prefix ends (Chunk.shared)."""
         cluster_of, member_of, seen = [], [], {}
         for c in chunks:
             if c.cluster not in seen:
@@ -128,31 +169,31 @@ class ModelRunner:
             cluster_of.append(entry[0])
             member_of.append(entry[1])
             entry[1] += 1
-        if len(seen) == len(chunks):
-            return None
         return cascade.build(rows, self.table.rows, [c.shared for c in chunks], cluster_of, member_of,
-                             [c.start + 1 for c in chunks], self.device, cap)
+                             [c.start + 1 for c in chunks], self.device, cap, KEY_BLOCK)
 
     def _decode_group(self, chunks: list[Chunk], rows: torch.Tensor, starts: torch.Tensor,
-                      l_max: int) -> attention.AttentionGroup:
-        """A decode group and its kept gather buffers (workspace.DecodeKV): rebuilt when the
-        group is not the last forward's sequences one step further, else only extended."""
-        kv = self.decode_kv
-        shared = any(chunks[i].cluster == chunks[i - 1].cluster for i in range(1, len(chunks)))
+                      l_max: int, shared: bool) -> attention.AttentionGroup:
+        """A decode group (`shared`: clusters of siblings, cascade attention; else one
+        sequence per path, plain) and its kept gather buffers (workspace.DecodeKV): rebuilt
+        when the group is not the last forward's sequences one step further, else only
+        extended."""
+        kv = self.decode_kv[shared]
         # columns the buffers need now: plain, the whole context; cascade, the own part
         need = l_max if not shared else max(c.start + 1 - c.shared for c in chunks)
         clusters = tuple(dict.fromkeys(c.cluster for c in chunks)) if shared else ()
         reuse = kv.plan(tuple(c.uid for c in chunks), [c.start for c in chunks], shared, need, clusters)
         fresh = reuse is None
         if fresh:
-            kv.cap = min(need + HEADROOM, self.table.rows.shape[1]) if not shared else need + HEADROOM
+            kv.cap = self._cap(chunks, need, shared)
         cap = kv.cap
         if shared and reuse is not None and reuse.keep is None and self._last_cascade is not None:
             # the same sequences, each one token further: only their own lengths moved
             casc = self._last_cascade.advance()
         else:
             casc = self._cascade(chunks, rows, cap) if shared else None
-        self._last_cascade = casc
+        if shared:
+            self._last_cascade = casc
         old_pre_cols = kv.pre_cols
         if casc is None:
             slots = self.table.rows[rows, :cap]
@@ -162,7 +203,8 @@ class ModelRunner:
             slots, cols = casc.own_slots, casc.own_cols
             per_row = casc.pre_slots.numel() / len(chunks) + cap
             kv.pre_cols = casc.pre_slots.shape[1]
-        kept = kv.keep(int(per_row * len(chunks)) * self.pool.k[0].shape[0] * self.pool.k[0].shape[2]) if fresh else kv.kept
+        heads, dim = self.pool.k[0].shape[0], self.pool.k[0].shape[2]
+        kept = kv.keep(int(per_row * len(chunks)) * heads * dim, self._slack(len(chunks))) if fresh else kv.kept
         n = len(chunks)
         compact = None
         if reuse is not None and reuse.keep is not None:
@@ -173,18 +215,43 @@ class ModelRunner:
         meta = attention.DecodeMeta(kv, fresh, kept, cap, slots, cols, torch.arange(n, device=self.device), compact)
         return attention.AttentionGroup(self.table.rows[rows, :l_max], starts[:, None], None, n, casc, meta)
 
-    def _group(self, chunks: list[Chunk], decode: bool) -> attention.AttentionGroup:
+    def _slack(self, rows: int) -> int:
+        """Elements per layer the kept buffers may hold beyond the pool's size: each row's
+        rounding up to KEY_BLOCK columns (a group whose contexts fill the pool still fits)."""
+        return rows * KEY_BLOCK * self.pool.k[0].shape[0] * self.pool.k[0].shape[2]
+
+    def _cap(self, chunks: list[Chunk], need: int, shared: bool) -> int:
+        """Columns for a decode group's rebuilt buffers: `need` and HEADROOM more, a multiple
+        of KEY_BLOCK (as prefill keys: see MIN_ROWS); less headroom when that much would not
+        be kept (workspace.DecodeKV.keep: at most the pool's bytes), for rebuilding a few
+        steps sooner costs far less than gathering every layer at every step."""
+        def up(n: int) -> int:
+            return -(-n // KEY_BLOCK) * KEY_BLOCK
+
+        cap = up(need + HEADROOM)
+        heads, dim = self.pool.k[0].shape[0], self.pool.k[0].shape[2]
+        fixed = 0  # elements per layer and K or V besides the own columns: the cascade's prefixes
+        if shared:
+            fixed = len({c.cluster for c in chunks}) * min(up(max(c.shared for c in chunks)), self.table.rows.shape[1])
+        room = self.decode_kv[shared].limit_elements(self._slack(len(chunks))) // (heads * dim) - fixed
+        if room < cap * len(chunks):
+            cap = max(up(need), room // len(chunks) // KEY_BLOCK * KEY_BLOCK)
+        return min(cap, self.table.rows.shape[1]) if not shared else cap
+
+    def _group(self, chunks: list[Chunk], decode: bool, shared: bool = False) -> attention.AttentionGroup:
         dev = self.device
         rows = torch.tensor([c.row for c in chunks], dtype=torch.long, device=dev)
         lens = [len(c.token_ids) for c in chunks]
         starts = torch.tensor([c.start for c in chunks], dtype=torch.long, device=dev)
         l_max = max(c.start + n for c, n in zip(chunks, lens))
         if decode:
-            return self._decode_group(chunks, rows, starts, l_max)
-        kv_slots = self.table.rows[rows, :l_max]
+            return self._decode_group(chunks, rows, starts, l_max, shared)
+        # Keys padded to a multiple of KEY_BLOCK (masked): SDPA's sums run in the same order
+        # whatever the longest sequence beside this one is (see MIN_ROWS)
+        kv_slots = self.table.rows[rows, :min(-(-l_max // KEY_BLOCK) * KEY_BLOCK, self.table.rows.shape[1])]
         # Padded query layout: token i of sequence b sits at b * q_max + i.
         #   packed: [a0 a1 a2 | b0 b1]   ->   padded: [a0 a1 a2 | b0 b1 --]   (q_max = 3)
-        q_max = max(lens)
+        q_max = max(2, *lens)  # SDPA computes one query alone another way (see MIN_ROWS)
         lens_t = torch.tensor(lens, dtype=torch.long, device=dev)
         i = torch.arange(q_max, device=dev)
         q_pos = starts[:, None] + torch.minimum(i[None, :], lens_t[:, None] - 1)

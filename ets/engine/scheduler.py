@@ -194,10 +194,18 @@ class Scheduler:
         sequence per step: a decode step of a few hundred sequences spends its Python here."""
         start = seq.kv_len
         keep = seq.chunk_keep(start, n)
-        if keep and not seq.scoring:  # a generating sequence's last token: sample what follows
+        sample = bool(keep) and not seq.scoring  # a generating sequence's last token: sample what follows
+        if sample:
             plan.to_sample.append(len(plan.chunks))
-        plan.chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], slots, keep,
-                                 id(seq.prefix_node), seq.prefix_len, seq.uid))
+        decode = sample and n == 1
+        # A decode step splits its attention at the end of its request's path, whatever was
+        # cached when it was admitted (which depends on what else ran): its numbers are then
+        # its own (runner.MIN_ROWS). Its cluster: the sequences whose KV before that point
+        # is the same slots (one locked node); a path computed in part by itself is alone.
+        split = seq.n_prompt - 1
+        cluster = (id(seq.prefix_node), split) if split <= seq.prefix_len else (-1 - seq.uid, split)
+        plan.chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], slots, keep, cluster, split,
+                                 seq.uid, decode))
         plan.owners.append(seq)
 
     def _take(self, n: int) -> torch.Tensor:

@@ -37,9 +37,10 @@ class Chunk(NamedTuple):
     token_ids: list[int]     # the new tokens
     slots: torch.Tensor      # [len(token_ids)] pool slots for them
     keep: list[int]          # offsets in the chunk whose outputs are returned
-    cluster: int = 0         # chunks with the same cluster share KV of positions < shared
-    shared: int = 0
+    cluster: tuple = ()      # decode: chunks with the same cluster share KV of positions < shared
+    shared: int = 0          # decode: where its attention splits into prefix | own (cascade.py)
     uid: int = -1            # the sequence's admission id (new on every admission)
+    decode: bool = False     # one generated token: the decode group (else a prefill chunk)
 
 
 @dataclass(eq=False)

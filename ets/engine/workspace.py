@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import torch
 
-HEADROOM = 16  # decode steps a rebuild leaves room for before the next one
+HEADROOM = 8  # decode steps a rebuild leaves room for before the next one
 
 
 class Reuse(NamedTuple):
@@ -123,10 +123,17 @@ class DecodeKV:
         """K and V buffers [Hkv, R, cols, D] of region `name` for `layer`."""
         return self.ws.get((name, "k", layer), shape), self.ws.get((name, "v", layer), shape)
 
-    def keep(self, numel_per_layer: int) -> bool:
-        """Whether buffers of this size (elements per layer, K and V of every region) are
-        kept per layer; called on a rebuild. False: every layer shares layer 0's buffers."""
-        self.kept = 2 * numel_per_layer * self.num_layers * self.element <= self.limit_bytes
+    def limit_elements(self, slack: int = 0) -> int:
+        """The elements per layer, K or V, that buffers kept per layer may hold (`slack`:
+        as `keep`)."""
+        return self.limit_bytes // (2 * self.num_layers * self.element) + slack
+
+    def keep(self, numel_per_layer: int, slack: int = 0) -> bool:
+        """Whether buffers of this size (elements per layer, K or V, every region) are
+        kept per layer; called on a rebuild. False: every layer shares layer 0's buffers.
+        `slack`: elements per layer allowed beyond the limit (the columns by which the
+        caller rounds each row up: a group whose contexts fill the pool still fits)."""
+        self.kept = numel_per_layer <= self.limit_elements(slack)
         if not self.kept:
             self.uids = None  # nothing survives this forward
         return self.kept

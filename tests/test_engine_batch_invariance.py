@@ -1,0 +1,92 @@
+"""A sequence's numbers do not depend on its batch-mates, bit for bit (on the CPU).
+
+Float sums round by the order they run in, and a kernel's order can follow the shape of
+the whole batch: a 1-row matmul, a different count of padded keys, one query alone. The
+engine shapes every forward so that a sequence's logits are the same whatever else is in
+it (ets/engine/runner.py, MIN_ROWS): a search's records then depend only on its problem
+and seed, not on which problems ran beside it. Compared here with `torch.equal`.
+"""
+
+import pytest
+import torch
+
+from ets.engine import Engine
+from ets.engine.runner import ModelRunner
+from ets.models.tiny import ARCHS, build_tiny_model
+from tests.helpers import random_tokens
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def model_tok(request):
+    return build_tiny_model(request.param, seed=1)
+
+
+def _engine(model_tok, **kw) -> Engine:
+    model, tok = model_tok
+    return Engine(model, tok, kv_budget_tokens=1 << 14, **kw)
+
+
+def _others(n: int, seed: int, shared: list[int] | None = None) -> list[list[int]]:
+    """n random sequences of 5..120 tokens (starting with `shared` when given)."""
+    lengths = torch.randint(5, 120, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+    return [(shared or []) + random_tokens(k, seed=seed + 1 + i) for i, k in enumerate(lengths)]
+
+
+def test_scored_logits_do_not_depend_on_the_batch(model_tok):
+    target = random_tokens(60, seed=3)
+    positions = [5, 31, 59]
+    (alone,) = _engine(model_tok).score([target], [positions])
+    batches = {
+        "one more": _others(1, 10),
+        "forty more": _others(40, 20),
+        "sharing its first 20 tokens": _others(6, 30, shared=target[:20]),
+    }
+    for name, others in batches.items():
+        out = _engine(model_tok).score([target, *others], [positions, *[[len(o) - 1] for o in others]])[0]
+        assert torch.equal(out, alone), name
+    # computed in chunks of 7 tokens (the forwards' boundaries fall elsewhere in it)
+    (chunked,) = _engine(model_tok, max_batch_tokens=7).score([target], [positions])
+    assert torch.equal(chunked, alone)
+    # its first 40 tokens cached by an earlier call: only the rest computed now
+    engine = _engine(model_tok)
+    engine.score([target[:40]], [[39]])
+    assert torch.equal(engine.score([target], [positions])[0], alone)
+
+
+class DecodeRows:
+    """The logits each decode step of the first request's samples gave, by (sample, position)."""
+
+    def __init__(self, monkeypatch):
+        self.rows: list[tuple[int, int, torch.Tensor]] = []
+        forward = ModelRunner.forward
+
+        def recording(runner, chunks, hidden=False):
+            out = forward(runner, chunks, hidden)
+            self.rows += [(c.uid, c.start, out[i][-1].clone()) for i, c in enumerate(chunks) if c.decode]
+            return out
+
+        monkeypatch.setattr(ModelRunner, "forward", recording)
+
+    def run(self, engine: Engine, requests: list, first_len: int, n: int) -> dict:
+        self.rows.clear()
+        engine.expand(requests, max_new_tokens=20, temperature=1.0, ignore_eos=True)
+        # the first request's samples: admitted first; their first decode step reads the path's
+        # last token (n > 1: the path was prefilled) or the first new one (n = 1: computed with it)
+        uids = sorted({u for u, start, _ in self.rows if start in (first_len - 1, first_len)})[:n]
+        return {(uids.index(u), start): row for u, start, row in self.rows if u in uids}
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_decode_logits_do_not_depend_on_the_batch(model_tok, monkeypatch, n):
+    """n samples of a path, alone and among other paths: distinct ones, and others with
+    siblings of their own (clusters of 2 or 8, which change the cascade's layout)."""
+    target = random_tokens(70, seed=5)
+    record = DecodeRows(monkeypatch)
+    alone = record.run(_engine(model_tok), [(target, n, 7)], len(target), n)
+    assert len(alone) >= 19 * n
+    for siblings in (1, 2, 8):
+        others = [o for o in _others(12, 40 + siblings) if len(o) != len(target)]
+        got = record.run(_engine(model_tok), [(target, n, 7), *[(o, siblings, 100 + i) for i, o in enumerate(others)]],
+                         len(target), n)
+        assert got.keys() == alone.keys()
+        assert all(torch.equal(got[k], alone[k]) for k in alone), f"among paths with {siblings} samples each"
