@@ -90,3 +90,19 @@ def test_decode_logits_do_not_depend_on_the_batch(model_tok, monkeypatch, n):
                          len(target), n)
         assert got.keys() == alone.keys()
         assert all(torch.equal(got[k], alone[k]) for k in alone), f"among paths with {siblings} samples each"
+
+
+def test_the_padding_can_be_switched_off(model_tok):
+    """batch_invariant=False runs small forwards as they are: faster at a few sequences,
+    and then a sequence scored alone rounds otherwise than among many."""
+    target = random_tokens(9, seed=3)
+    others = _others(20, 50)
+    outs = []
+    for invariant in (True, False):
+        engine = _engine(model_tok, batch_invariant=invariant)
+        alone = engine.score([target], [[8]])[0]
+        engine.evict()
+        among = engine.score([target, *others], [[8], *[[len(o) - 1] for o in others]])[0]
+        outs.append(torch.equal(alone, among))
+        torch.testing.assert_close(alone, among, atol=1e-5, rtol=0)
+    assert outs == [True, False]

@@ -18,7 +18,9 @@ Public API
         max_batch_tokens=None,       # new tokens per forward, longer prefills chunked
                                      #   (None: DEFAULT_MAX_BATCH_TOKENS)
         kv_dtype=None,               # how K/V are stored: float32, bfloat16, float16 (None: as the
-    )                                #   model; narrower: fewer bytes, logits within its precision)
+                                     #   model; narrower: fewer bytes, logits within its precision)
+        batch_invariant=True,        # a sequence's logits the same bit for bit whatever else runs
+    )                                #   (CPU; see runner.py); False: faster at a few sequences
 
     # new tokens per prompt; stop: strings and/or token ids (the stopping tokens are kept)
     outs = engine.generate(prompts, max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=0,
@@ -43,7 +45,8 @@ Public API
     engine.evict()   # drop every unlocked cache entry now (returns tokens freed)
     engine.reset_stats()
 
-finish is "eos", "stop" or "length". Seeds: sample j of a request that carries its own
+finish is "eos", "stop" or "length". On the CPU a sequence's logits are the same bit for
+bit whatever else is in its batch (ets/engine/runner.py says how, and where not). Seeds: sample j of a request that carries its own
 seed depends only on (that seed, j); of one that does not, on (the call's seed, its index
 in the call's samples). Neither depends on batching, cache hits or preemption, and a
 call of one request with seed s samples what the request `(ids, n, s)` samples. When the

@@ -28,19 +28,19 @@ node id)`, and the config's `SamplingSettings`, so a problem's samples depend on
 config, the seed and the problem, never on `concurrency`, admission order, the pool size or
 what else is in flight (the policy's contract, ets/policy/base.py).
 
-Limits, measured and not papered over. The PRM scores and ETS's step embeddings are
-computed in batches whose composition varies with what is in flight, and their floats move
-in the last bits: on the demo (10 problems, every method, concurrency 10 against 1) step
-scores differed by up to 3.8e-6 while every trajectory, answer and KV figure was the same;
-on configs/tiny.yaml they agree to 1e-6. A selection reads those floats, so it *can* flip
-when two candidates' scores (or a REBASE share at an integer, or a cosine distance at the
-ETS cut) lie within that distance of the decision: in those demo runs two beam candidates
-with different text were 1.8e-7 apart, closer than the jitter, yet no record changed.
-(Candidates with the same text got bit-identical scores within a run, and ties
-keep candidate order.) So a record is reproducible exactly when no decision is that close;
-tests/test_determinism.py checks it on the test configs. At scale it does happen: of 120
-W=64 demo records compared between runs of 24 and 60 problems, one ETS record changed (PRM
-scores of identical steps 1.4e-6 apart; docs/RESULTS.md, "REBASE against ETS on 60 problems"). ETS's solver also runs under a
+Limits, measured and not papered over. On the engine, on the CPU, a sequence's logits are
+the same bit for bit whatever else is in its batch (ets/engine/runner.py, MIN_ROWS), so
+the policy's samples and the PRM's scores of a problem do not depend on the problems beside
+it, and tests/test_determinism.py compares step scores exactly. Before that (commit
+2d4bec0) they moved in the last bits with a batch's composition, and once in 120 W=64
+demo records compared between runs of 24 and 60 problems a near-tied selection flipped (PRM
+scores of identical steps 1.4e-6 apart; docs/RESULTS.md, "REBASE against ETS on 60
+problems"). Where floats still depend on the batch: the transformers backends (policy and
+PRM), a transformer sentence embedder for ETS (batched over every problem in flight; the
+demo's static embedder is per text), several torch threads on larger models, and GPUs. A
+selection reads those floats, so there it *can* flip when two candidates' scores (or a
+REBASE share at an integer, or a cosine distance at the ETS cut) lie within ~1e-6 of the
+decision; ties keep candidate order. ETS's solver also runs under a
 wall-clock limit (`lp_time_limit`): a solve that runs out falls back to REBASE, which a
 slower or busier machine can make happen on one run and not another (counted in
 `lp_fallback`, and logged).
