@@ -67,3 +67,14 @@ def one_line_error(capsys, code):
     assert code == 2, err
     assert len(err) == 1 and err[0].startswith("ets: error:"), err
     return err[0]
+
+
+def cluster_table(shared: list[int], cluster_of: list[int], n_slots: int, gen: torch.Generator) -> torch.Tensor:
+    """A slot table [B, 64] of distinct random slots, except that the members of one
+    cluster (neighbours with the same `cluster_of`) share the slots of their first
+    `shared` positions: decode sequences as cascade attention sees them."""
+    table = torch.randperm(n_slots, generator=gen)[: len(shared) * 64].view(len(shared), 64)
+    for b in range(1, len(shared)):
+        if cluster_of[b] == cluster_of[b - 1]:
+            table[b, : shared[b]] = table[b - 1, : shared[b]]
+    return table

@@ -9,7 +9,7 @@ import torch
 from ets.engine import Engine
 from ets.engine.pool import kv_storage_dtype
 from ets.models.tiny import ARCHS, build_tiny_model
-from tests.helpers import one_line_error, random_tokens, run_cli
+from tests.helpers import cluster_table, one_line_error, random_tokens, run_cli
 
 # The tiny models' logits are about 0.6 in size; bfloat16 keeps 8 bits of mantissa (~4e-3
 # relative), which moves them by ~1e-3 after a few layers.
@@ -51,10 +51,7 @@ def test_decode_attention_over_a_bfloat16_pool(layout, narrow, monkeypatch):
     kv_heads, heads, dim, n_slots = 2, 4, 16, 400
     shared, ends = [40, 40, 40, 25, 0, 0], [45, 41, 52, 30, 7, 12]
     cluster_of, member_of = [0, 0, 0, 1, 2, 2], [0, 1, 2, 0, 0, 1]
-    table = torch.randperm(n_slots, generator=gen)[: 6 * 64].view(6, 64)
-    for b in range(1, 6):
-        if cluster_of[b] == cluster_of[b - 1]:
-            table[b, : shared[b]] = table[b - 1, : shared[b]]
+    table = cluster_table(shared, cluster_of, n_slots, gen)
     k32, v32 = (torch.randn(kv_heads, n_slots, dim, generator=gen) for _ in range(2))
     k16, v16 = k32.to(torch.bfloat16), v32.to(torch.bfloat16)
     q = torch.randn(6, heads, dim, generator=gen)

@@ -9,7 +9,7 @@ import torch
 
 from ets.engine import Engine
 from ets.models.tiny import ARCHS, build_tiny_model
-from tests.helpers import random_tokens
+from tests.helpers import cluster_table, random_tokens
 
 TOL = 1e-4
 DEVICE = os.environ.get("ETS_TEST_DEVICE", "cpu")
@@ -148,10 +148,7 @@ def test_cascade_equals_plain_attention(layout):
     else:  # 2 samples on each of three prefixes (40, 25 and 33 tokens)
         shared, ends = [40, 40, 25, 25, 33, 33], [45, 41, 30, 27, 40, 34]
         cluster_of, member_of = [0, 0, 1, 1, 2, 2], [0, 1, 0, 1, 0, 1]
-    table = torch.randperm(n_slots, generator=gen)[: 6 * 64].view(6, 64)
-    for b in range(1, 6):
-        if cluster_of[b] == cluster_of[b - 1]:
-            table[b, : shared[b]] = table[b - 1, : shared[b]]
+    table = cluster_table(shared, cluster_of, n_slots, gen)
     rows = torch.arange(6)
     meta = cascade.build(rows, table, shared, cluster_of, member_of, ends, "cpu")
     assert meta.identity == (layout == "even")
