@@ -177,7 +177,7 @@ class PolicyConfig:
     step_delimiter: str = "\n\n"      # a step ends here (kept in the step's tokens)
     kv_budget_tokens: int | None = None  # engine: KV pool size in tokens (None: the engine's default)
     kv_dtype: str | None = None       # engine: how K/V are stored (None: as `dtype`); bfloat16 under a
-                                      # float32 model halves KV bytes (faster large batches, logits ~1e-2 off)
+                                      # float32 model halves KV bytes (faster large batches, logits ~1e-3 off)
     max_batch_tokens: int = 8192      # engine: tokens per forward
     max_context: int | None = None    # tokens a path may hold (None: the model's max_position_embeddings)
     prompt_overflow: str = "error"    # a prompt that fills the context: error | truncate (keep its last tokens)

@@ -27,6 +27,11 @@ import torch
 from ets.engine.pool import operands
 
 
+def round_up(n: int, block: int) -> int:
+    """n rounded up to a multiple of `block`."""
+    return -(-n // block) * block
+
+
 def take(pool: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """pool [Hkv, N, D] gathered at slot `index` (any shape S) -> [Hkv, *S, D], into `out`
     (a contiguous tensor of that shape, e.g. a reused buffer) if given.
@@ -98,7 +103,7 @@ def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of
         first[cluster_of[b]], p_len[cluster_of[b]] = b, shared[b]
     # prefix columns padded to a multiple of `key_block` (masked; runner.KEY_BLOCK): a
     # sequence's sums then run in the same order whatever its batch-mates' prefixes are
-    p_max = min(-(-max(1, max(p_len)) // key_block) * key_block, table.shape[1])
+    p_max = min(round_up(max(1, max(p_len)), key_block), table.shape[1])
     pre_slots = table[rows[torch.tensor(first, device=device)], :p_max]
     p_len_t = torch.tensor(p_len, device=device)
     seq_p = p_len_t[torch.tensor(cluster_of, device=device)]
@@ -134,7 +139,7 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     scaling = dim ** -0.5 if scaling is None else scaling
     q4 = (q * scaling).view(n_seq, kv_heads, rep, dim).transpose(0, 1)  # [Hkv, B, rep, D]
     k_pre, v_pre, k_own, v_own = _regions(meta, k_pool, v_pool, decode, layer, new_kv)
-    # each region in the dtype its matmuls take (stored, or widened when small: attention.operands)
+    # each region in the dtype its matmuls take (stored, or widened when small: pool.operands)
     k_pre, v_pre = operands(k_pre, v_pre, q.dtype)
     k_own, v_own = operands(k_own, v_own, q.dtype)
 

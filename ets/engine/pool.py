@@ -36,10 +36,11 @@ def kv_storage_dtype(kv_dtype: str | torch.dtype | None, model_dtype: torch.dtyp
     return getattr(torch, name)
 
 
-# Below this many elements, a K (or V) buffer stored narrower than the queries is widened before the decode matmuls, on the CPU: there a bfloat16 matmul pays a fixed
-# ~40 us per call that a float32 one does not (one kv head group of 4 x 160 x 32, both
-# matmuls: 54 us narrow, 18 us widened; even at ~160K elements; from 330K narrow wins, as
-# reading half the bytes is what large batches are bound by).
+# Below this many elements, a K (or V) buffer stored narrower than the queries is widened
+# before the decode matmuls, on the CPU: there a bfloat16 matmul pays a fixed ~40 us per
+# call that a float32 one does not (a buffer of 4 x 160 x 32, both matmuls: 54 us narrow,
+# 18 us widened; even at ~160K elements; from 330K narrow wins, as reading half the bytes
+# is what large batches are bound by).
 NARROW_MIN_ELEMENTS = 1 << 17
 
 

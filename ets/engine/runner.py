@@ -80,7 +80,7 @@ class ModelRunner:
         dtype = pool.k[0].dtype
         self.workspace = Workspace(dtype, self.device)
         # kept decode buffers, of the plain group (False) and of the cascade one (True): each
-        # at most as much memory again as the pool itself
+        # at most as much memory again as the pool itself (and KEY_BLOCK columns a row: _slack)
         self.decode_kv = {shared: DecodeKV(len(pool.k), dtype, self.device, limit_bytes=pool.num_bytes)
                           for shared in (False, True)}
         # the decode group's cascade metadata of the last forward, advanced in place while the
@@ -229,7 +229,7 @@ class ModelRunner:
         be kept (workspace.DecodeKV.keep: at most the pool's bytes), for rebuilding a few
         steps sooner costs far less than gathering every layer at every step."""
         def up(n: int) -> int:
-            return -(-n // KEY_BLOCK) * KEY_BLOCK
+            return cascade.round_up(n, KEY_BLOCK)
 
         cap = up(need + HEADROOM)
         heads, dim = self.pool.k[0].shape[0], self.pool.k[0].shape[2]
@@ -251,7 +251,7 @@ class ModelRunner:
             return self._decode_group(chunks, rows, starts, l_max, shared)
         # Keys padded to a multiple of KEY_BLOCK (masked): SDPA's sums run in the same order
         # whatever the longest sequence beside this one is (see MIN_ROWS)
-        kv_slots = self.table.rows[rows, :min(-(-l_max // KEY_BLOCK) * KEY_BLOCK, self.table.rows.shape[1])]
+        kv_slots = self.table.rows[rows, :min(cascade.round_up(l_max, KEY_BLOCK), self.table.rows.shape[1])]
         # Padded query layout: token i of sequence b sits at b * q_max + i.
         #   packed: [a0 a1 a2 | b0 b1]   ->   padded: [a0 a1 a2 | b0 b1 --]   (q_max = 3)
         q_max = max(2, *lens)  # SDPA computes one query alone another way (see MIN_ROWS)
