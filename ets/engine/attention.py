@@ -223,7 +223,7 @@ def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_poo
     # The matmuls run over every column of the buffers (cap >= Lmax; those past a
     # sequence's position are masked): sliced to Lmax, K and V are no longer contiguous
     # and CPU matmul falls back to one small product per (kv head, sequence), 2-3x slower
-    # at a few hundred sequences than the extra columns (at most HEADROOM) cost.
+    # at a few hundred sequences than the extra columns (HEADROOM, rounded up to KEY_BLOCK) cost.
     width = k.shape[2]
     scaling = dim ** -0.5 if scaling is None else scaling
     k, v = operands(k, v, q.dtype)
