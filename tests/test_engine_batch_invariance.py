@@ -3,7 +3,7 @@
 Float sums round by the order they run in, and a kernel's order can follow the shape of
 the whole batch: a 1-row matmul, a different count of padded keys, one query alone. The
 engine shapes every forward so that a sequence's logits are the same whatever else is in
-it (ets/engine/runner.py, MIN_ROWS): a search's records then depend only on its problem
+it (ets/engine/invariant.py): a search's records then depend only on its problem
 and seed, not on which problems ran beside it. Compared here with `torch.equal`.
 """
 
@@ -26,20 +26,22 @@ def _engine(model_tok, **kw) -> Engine:
     return Engine(model, tok, kv_budget_tokens=1 << 14, **kw)
 
 
-def _others(n: int, seed: int, shared: list[int] | None = None) -> list[list[int]]:
-    """n random sequences of 5..120 tokens (starting with `shared` when given)."""
-    lengths = torch.randint(5, 120, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+def _others(n: int, seed: int, shared: list[int] | None = None, longest: int = 120) -> list[list[int]]:
+    """n random sequences of 5..longest tokens (starting with `shared` when given)."""
+    lengths = torch.randint(5, longest, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
     return [(shared or []) + random_tokens(k, seed=seed + 1 + i) for i, k in enumerate(lengths)]
 
 
-def test_scored_logits_do_not_depend_on_the_batch(model_tok):
-    target = random_tokens(60, seed=3)
-    positions = [5, 31, 59]
+@pytest.mark.parametrize("length", [60, 700])
+def test_scored_logits_do_not_depend_on_the_batch(model_tok, length):
+    target = random_tokens(length, seed=3)
+    positions = [5, length // 2, length - 1]
     (alone,) = _engine(model_tok).score([target], [positions])
     batches = {
         "one more": _others(1, 10),
         "forty more": _others(40, 20),
         "sharing its first 20 tokens": _others(6, 30, shared=target[:20]),
+        "longer ones (more keys and queries than its own)": _others(3, 40, longest=1500),
     }
     for name, others in batches.items():
         out = _engine(model_tok).score([target, *others], [positions, *[[len(o) - 1] for o in others]])[0]
@@ -76,16 +78,18 @@ class DecodeRows:
         return {(uids.index(u), start): row for u, start, row in self.rows if u in uids}
 
 
+@pytest.mark.parametrize("length", [70, 400])
 @pytest.mark.parametrize("n", [1, 4])
-def test_decode_logits_do_not_depend_on_the_batch(model_tok, monkeypatch, n):
+def test_decode_logits_do_not_depend_on_the_batch(model_tok, monkeypatch, n, length):
     """n samples of a path, alone and among other paths: distinct ones, and others with
-    siblings of their own (clusters of 2 or 8, which change the cascade's layout)."""
-    target = random_tokens(70, seed=5)
+    siblings of their own (clusters of 2 or 8, which change the cascade's layout), some
+    longer than it (more columns than its own)."""
+    target = random_tokens(length, seed=5)
     record = DecodeRows(monkeypatch)
     alone = record.run(_engine(model_tok), [(target, n, 7)], len(target), n)
     assert len(alone) >= 19 * n
     for siblings in (1, 2, 8):
-        others = [o for o in _others(12, 40 + siblings) if len(o) != len(target)]
+        others = [o for o in _others(12, 40 + siblings, longest=900) if len(o) not in (len(target), len(target) + 1)]
         got = record.run(_engine(model_tok), [(target, n, 7), *[(o, siblings, 100 + i) for i, o in enumerate(others)]],
                          len(target), n)
         assert got.keys() == alone.keys()

@@ -20,7 +20,7 @@ Public API
         kv_dtype=None,               # how K/V are stored: float32, bfloat16, float16 (None: as the
                                      #   model; narrower: fewer bytes, logits within its precision)
         batch_invariant=True,        # a sequence's logits the same bit for bit whatever else runs
-    )                                #   (CPU; see runner.py); False: faster at a few sequences
+    )                                #   (CPU; see invariant.py); False: faster at a few sequences
 
     # new tokens per prompt; stop: strings and/or token ids (the stopping tokens are kept)
     outs = engine.generate(prompts, max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=0,
@@ -46,9 +46,9 @@ Public API
     engine.reset_stats()
 
 finish is "eos", "stop" or "length". On the CPU a sequence's logits are the same bit for
-bit whatever else is in its batch (ets/engine/runner.py says how, and where not). Seeds: sample j of a request that carries its own
-seed depends only on (that seed, j); of one that does not, on (the call's seed, its index
-in the call's samples). Neither depends on batching, cache hits or preemption, and a
+bit whatever else is in its batch (ets/engine/invariant.py says how, and where not).
+Seeds: sample j of a request that carries its own seed depends only on (that seed, j); of
+one that does not, on (the call's seed, its index in the call's samples). Neither depends on batching, cache hits or preemption, and a
 call of one request with seed s samples what the request `(ids, n, s)` samples. When the
 pool runs out, unlocked cache entries are evicted (LRU), then the youngest running
 sequences are preempted and recomputed later; if locked handles fill the pool, the
@@ -68,6 +68,7 @@ scheduler.postprocess; the scheduler only plans and never sees the model):
     runner.py     one forward of a Plan's chunks
     attention.py  paged attention fn       cascade.py    shared-prefix decode attention
     workspace.py  reused gather buffers (decode keeps its gathered contexts across steps)
+    invariant.py  the rules that keep a sequence's numbers independent of its batch-mates
     sampling.py   sampling, stop rules (StopStrings, shared with ets/policy/steps.py)
     prefix.py     shared prefixes of a call (and branch-point levels for a scorer)
     engine.py     the public API and the step loop

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from ets.engine import cascade
 from ets.engine.cascade import CascadeMeta, take
+from ets.engine.invariant import attend_values
 from ets.engine.pool import operands
 from ets.engine.workspace import DecodeKV, Workspace
 from ets.models.load import ModelLoadError
@@ -123,9 +124,9 @@ class AttentionGroup:
         return self._masks[window]
 
     def bias(self, window: int | None, width: int | None = None) -> torch.Tensor:
-        """Decode: the mask as an additive bias [1, B, 1, width] (0 or -inf) for scores laid
-        out [Hkv, B, rep, width]; `width` >= Lmax (default Lmax): the columns past a
-        sequence's position are -inf like any other it may not attend."""
+        """The mask as an additive bias [1, B, Qmax, width] (0 or -inf); decode: [1, B, 1,
+        width], for scores laid out [Hkv, B, rep, width]. `width` >= Lmax (default Lmax):
+        the columns past a sequence's position are -inf like any other it may not attend."""
         width = width or self.kv_slots.shape[1]
         key = ("bias", window, width)
         if key not in self._masks:
@@ -192,7 +193,7 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         else:
             outs.append(_attend_group(group, q, k_pool, v_pool, scaling, window, batch.workspace))
         start += group.num_tokens
-    if start < q_all.shape[0]:  # the runner's padding rows (runner.MIN_ROWS): outputs dropped
+    if start < q_all.shape[0]:  # the runner's padding rows (invariant.MIN_ROWS): outputs dropped
         outs.append(q_all.new_zeros(q_all.shape[0] - start, *q_all.shape[1:]))
     out = outs[0] if len(outs) == 1 else torch.cat(outs)
     return out.unsqueeze(0), None
@@ -230,36 +231,72 @@ def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_poo
     q4 = (q * scaling).view(n_seq, kv_heads, heads // kv_heads, dim).transpose(0, 1).to(k.dtype)  # [Hkv, B, rep, D]
     scores = torch.matmul(q4, k.transpose(-1, -2)) + group.bias(window, width)         # [Hkv, B, rep, W]
     probs = scores.float().softmax(dim=-1).to(v.dtype)
-    out = torch.matmul(probs, v)                                                        # [Hkv, B, rep, D]
+    out = attend_values(probs, v)                                                       # [Hkv, B, rep, D]
     return out.transpose(0, 1).reshape(n_seq, heads, dim).to(q.dtype)
+
+
+# The scores of one block of prefill queries, at most this many elements (float32: 64 MB).
+PREFILL_SCORES = 1 << 24
 
 
 def _attend_group(group: AttentionGroup, q: torch.Tensor, k_pool, v_pool, scaling, window,
                   workspace: Workspace | None = None) -> torch.Tensor:
-    """q [T_g, H, D] -> [T_g, H, D] attended over each sequence's own context."""
+    """q [T_g, H, D] -> [T_g, H, D] attended over each sequence's own context.
+
+    On the CPU with two batched matmuls, not SDPA: SDPA splits the queries into blocks
+    sized by the longest chunk of the batch, so a query's sums ran in an order set by its
+    batch-mates; a batched matmul's row is the same for any number of rows from two on
+    (invariant.py). Elsewhere SDPA, the faster kernel."""
     n_seq, q_max = group.q_pos.shape
     heads, dim = q.shape[1], q.shape[2]
-    # 2. gather each sequence's context: [Hkv, B, Lmax, D] -> [B, Hkv, Lmax, D]
+    # 2. gather each sequence's context: [Hkv, B, Lmax, D]
     shape = (k_pool.shape[0], *group.kv_slots.shape, dim)
     k_out = workspace.get("k", shape) if workspace is not None else None
     v_out = workspace.get("v", shape) if workspace is not None else None
-    # SDPA wants one dtype: K/V stored narrower (pool.py) are widened to the queries'
-    k = take(k_pool, group.kv_slots, out=k_out).transpose(0, 1).to(q.dtype)
-    v = take(v_pool, group.kv_slots, out=v_out).transpose(0, 1).to(q.dtype)
+    # one dtype for the products: K/V stored narrower (pool.py) are widened to the queries'
+    k = take(k_pool, group.kv_slots, out=k_out).to(q.dtype)
+    v = take(v_pool, group.kv_slots, out=v_out).to(q.dtype)
     if group.q_dst is None:
-        qp = q.unsqueeze(2)  # [B, H, 1, D]
+        qp = q.view(n_seq, 1, heads, dim)
     else:
         qp = q.new_zeros(n_seq * q_max, heads, dim)
         qp.index_copy_(0, group.q_dst, q)
-        qp = qp.view(n_seq, q_max, heads, dim).transpose(1, 2)  # [B, H, Qmax, D]
-    # 3. causal attention within each sequence; GQA: SDPA repeats kv heads itself
-    out = F.scaled_dot_product_attention(
-        qp, k, v, attn_mask=group.mask(window), scale=scaling, enable_gqa=k.shape[1] != heads
-    )
-    out = out.transpose(1, 2)  # [B, Qmax, H, D]
+        qp = qp.view(n_seq, q_max, heads, dim)  # [B, Qmax, H, D]
+    # 3. causal attention within each sequence
+    if q.device.type == "cpu":
+        out = _matmul_attention(group, qp, k, v, scaling, window)
+    else:  # GQA: SDPA repeats kv heads itself
+        out = F.scaled_dot_product_attention(
+            qp.transpose(1, 2), k.transpose(0, 1), v.transpose(0, 1), attn_mask=group.mask(window),
+            scale=scaling, enable_gqa=k.shape[0] != heads,
+        ).transpose(1, 2)  # [B, Qmax, H, D]
     if group.q_dst is None:
         return out.reshape(n_seq, heads, dim)
     return out.reshape(n_seq * q_max, heads, dim).index_select(0, group.q_dst)
+
+
+def _matmul_attention(group: AttentionGroup, qp: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      scaling, window) -> torch.Tensor:
+    """qp [B, Qmax, H, D] over k, v [Hkv, B, L, D] -> [B, Qmax, H, D], by blocks of queries
+    (each at least two rows: a one-row product is computed another way)."""
+    n_seq, q_max, heads, dim = qp.shape
+    kv_heads, width = k.shape[0], k.shape[2]
+    rep = heads // kv_heads
+    scaling = dim ** -0.5 if scaling is None else scaling
+    q5 = (qp * scaling).view(n_seq, q_max, kv_heads, rep, dim).permute(2, 0, 3, 1, 4)  # [Hkv, B, rep, Qmax, D]
+    bias = group.bias(window, width)[0]                                                 # [B, Qmax, L]
+    out = qp.new_empty(kv_heads, n_seq, rep, q_max, dim)
+    rows = max(2, PREFILL_SCORES // (kv_heads * n_seq * rep * width))
+    bounds = list(range(0, q_max, rows))[1:]
+    if bounds and q_max - bounds[-1] == 1:
+        bounds.pop()  # no one-row block at the end
+    for i, j in zip([0, *bounds], [*bounds, q_max]):
+        n = j - i
+        qb = q5[:, :, :, i:j].reshape(kv_heads, n_seq, rep * n, dim)
+        scores = torch.matmul(qb, k.transpose(-1, -2)).view(kv_heads, n_seq, rep, n, width) + bias[None, :, None, i:j]
+        probs = scores.float().softmax(dim=-1).to(v.dtype).view(kv_heads, n_seq, rep * n, width)
+        out[:, :, :, i:j] = attend_values(probs, v).view(kv_heads, n_seq, rep, n, dim)
+    return out.permute(1, 3, 0, 2, 4).reshape(n_seq, q_max, heads, dim)
 
 
 def register() -> None:

@@ -24,12 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ets.engine.invariant import attend_values, round_up
 from ets.engine.pool import operands
-
-
-def round_up(n: int, block: int) -> int:
-    """n rounded up to a multiple of `block`."""
-    return -(-n // block) * block
 
 
 def take(pool: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -101,7 +97,7 @@ def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of
     p_len = [0] * n_clusters
     for b in range(len(rows) - 1, -1, -1):
         first[cluster_of[b]], p_len[cluster_of[b]] = b, shared[b]
-    # prefix columns padded to a multiple of `key_block` (masked; runner.KEY_BLOCK): a
+    # prefix columns padded to a multiple of `key_block` (masked; invariant.KEY_BLOCK): a
     # sequence's sums then run in the same order whatever its batch-mates' prefixes are
     p_max = min(round_up(max(1, max(p_len)), key_block), table.shape[1])
     pre_slots = table[rows[torch.tensor(first, device=device)], :p_max]
@@ -155,10 +151,10 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     scores = torch.cat([s_pre + meta.pre_bias_seq, s_own + meta.own_bias], dim=-1)
     probs = scores.float().softmax(dim=-1)
     p_pre, p_own = probs.split([p_max, probs.shape[-1] - p_max], dim=-1)
-    out = torch.matmul(p_own.to(v_own.dtype), v_own).to(q.dtype)  # [Hkv, B, rep, D]
+    out = attend_values(p_own.to(v_own.dtype), v_own).to(q.dtype)  # [Hkv, B, rep, D]
 
     pc = meta.to_clusters("p", p_pre.to(v_pre.dtype))
-    out_pre = torch.matmul(pc.reshape(kv_heads, n_clusters, -1, p_max), v_pre)
+    out_pre = attend_values(pc.reshape(kv_heads, n_clusters, -1, p_max), v_pre)
     out = out + meta.to_sequences(out_pre.view(kv_heads, cg, rep, dim))
     return out.transpose(0, 1).reshape(n_seq, heads, dim)
 

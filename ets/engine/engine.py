@@ -63,7 +63,7 @@ class Engine:
         new tokens per forward, longer prefills are chunked (None: DEFAULT_MAX_BATCH_TOKENS);
         kv_dtype: how K/V are stored (None: the model's dtype; see pool.py);
         batch_invariant: pad small forwards so that a sequence's logits do not depend on
-        its batch-mates (runner.MIN_ROWS; False: faster at a few sequences, not invariant)."""
+        its batch-mates (invariant.py; False: faster at a few sequences, not invariant)."""
         kv_budget_tokens = DEFAULT_KV_TOKENS if kv_budget_tokens is None else kv_budget_tokens
         max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS if max_batch_tokens is None else max_batch_tokens
         if max_batch_tokens < 1:

@@ -59,7 +59,7 @@ class KVPool:
         if num_slots < 1:
             raise ValueError(f"kv_budget_tokens must be >= 1, got {num_slots}")
         # One slot more than the budget: `scratch_slot`, never handed out, where the runner's
-        # padding rows (runner.MIN_ROWS) write K/V nothing reads.
+        # padding rows (invariant.MIN_ROWS) write K/V nothing reads.
         shape = (num_kv_heads, num_slots + 1, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]

@@ -19,28 +19,9 @@ from ets.engine import attention, cascade
 from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
 from ets.engine.table import SlotTable
+from ets.engine.invariant import KEY_BLOCK, MIN_ROWS, round_up
 from ets.engine.workspace import HEADROOM, DecodeKV, Workspace
 
-# Batch invariance: a sequence's numbers do not depend on what else is in its forward,
-# bit for bit, so a search's records depend on its problem and seed only (not on which
-# problems ran beside it, concurrency, or the pool). Float sums round by the order they
-# run in, and kernels pick that order by the shape of the whole batch; on the CPU:
-# - BLAS multiplies a matrix of fewer than ~16 rows another way: every forward runs at
-#   least MIN_ROWS rows (padding rows, dropped), and as many kept logits rows;
-# - SDPA and softmax sum a row's keys in another order when their padded count changes:
-#   prefill keys, the cascade's prefix columns and the decode buffers' columns are
-#   padded (masked) to a multiple of KEY_BLOCK; one query alone is padded to two;
-# - a decode step's attention is split (cascade.py) where its own request's path ends,
-#   not where the cache happened to end, and it joins the plain group (alone on its path)
-#   or the cascade group (with siblings) by its own request: a 1-row prefix matmul of a
-#   lone sequence is computed as such whatever clusters are beside it.
-# Found equal bit for bit on this CPU with one thread, and with two for the small test
-# models (tests/test_engine_batch_invariance.py).
-# Not covered: several threads (BLAS may split a matmul's sums by its size), GPU kernels
-# (chosen by shape), sliding-window layers (their path follows the batch's longest
-# context), and KV recomputed after a preemption (prefill instead of decode arithmetic).
-MIN_ROWS = 16
-KEY_BLOCK = 16
 
 
 class Outputs(Sequence[torch.Tensor]):
@@ -131,7 +112,7 @@ class ModelRunner:
 
         # At least MIN_ROWS rows through the model's matmuls (copies of the last token, and
         # of the last kept row; their outputs are dropped, their K/V go to a scratch slot):
-        # see MIN_ROWS
+        # see invariant.py
         ids += ids[-1:] * (self.min_rows - len(ids))
         pos += pos[-1:] * (self.min_rows - len(pos))
         n_keep = len(keep)
@@ -225,11 +206,11 @@ class ModelRunner:
 
     def _cap(self, chunks: list[Chunk], need: int, shared: bool) -> int:
         """Columns for a decode group's rebuilt buffers: `need` and HEADROOM more, a multiple
-        of KEY_BLOCK (as prefill keys: see MIN_ROWS); less headroom when that much would not
+        of KEY_BLOCK (as prefill keys: see invariant.py); less headroom when that much would not
         be kept (workspace.DecodeKV.keep: at most the pool's bytes), for rebuilding a few
         steps sooner costs far less than gathering every layer at every step."""
         def up(n: int) -> int:
-            return cascade.round_up(n, KEY_BLOCK)
+            return round_up(n, KEY_BLOCK)
 
         cap = up(need + HEADROOM)
         heads, dim = self.pool.k[0].shape[0], self.pool.k[0].shape[2]
@@ -250,11 +231,11 @@ class ModelRunner:
         if decode:
             return self._decode_group(chunks, rows, starts, l_max, shared)
         # Keys padded to a multiple of KEY_BLOCK (masked): SDPA's sums run in the same order
-        # whatever the longest sequence beside this one is (see MIN_ROWS)
-        kv_slots = self.table.rows[rows, :min(cascade.round_up(l_max, KEY_BLOCK), self.table.rows.shape[1])]
+        # whatever the longest sequence beside this one is (see invariant.py)
+        kv_slots = self.table.rows[rows, :min(round_up(l_max, KEY_BLOCK), self.table.rows.shape[1])]
         # Padded query layout: token i of sequence b sits at b * q_max + i.
         #   packed: [a0 a1 a2 | b0 b1]   ->   padded: [a0 a1 a2 | b0 b1 --]   (q_max = 3)
-        q_max = max(2, *lens)  # SDPA computes one query alone another way (see MIN_ROWS)
+        q_max = max(2, *lens)  # SDPA computes one query alone another way (see invariant.py)
         lens_t = torch.tensor(lens, dtype=torch.long, device=dev)
         i = torch.arange(q_max, device=dev)
         q_pos = starts[:, None] + torch.minimum(i[None, :], lens_t[:, None] - 1)

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import torch
 
-HEADROOM = 8  # decode steps a rebuild leaves room for before the next one (at least: runner.KEY_BLOCK)
+HEADROOM = 8  # decode steps a rebuild leaves room for before the next one (at least: invariant.KEY_BLOCK)
 
 
 class Reuse(NamedTuple):

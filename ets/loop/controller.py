@@ -29,7 +29,7 @@ config, the seed and the problem, never on `concurrency`, admission order, the p
 what else is in flight (the policy's contract, ets/policy/base.py).
 
 Limits, measured and not papered over. On the engine, on the CPU, a sequence's logits are
-the same bit for bit whatever else is in its batch (ets/engine/runner.py, MIN_ROWS), so
+the same bit for bit whatever else is in its batch (ets/engine/invariant.py), so
 the policy's samples and the PRM's scores of a problem do not depend on the problems beside
 it, and tests/test_determinism.py compares step scores exactly. Before that (commit
 2d4bec0) they moved in the last bits with a batch's composition, and once in 120 W=64
