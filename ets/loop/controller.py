@@ -35,7 +35,8 @@ it, and tests/test_determinism.py compares step scores exactly. Before that (com
 2d4bec0) they moved in the last bits with a batch's composition, and once in 120 W=64
 demo records compared between runs of 24 and 60 problems a near-tied selection flipped (PRM
 scores of identical steps 1.4e-6 apart; docs/RESULTS.md, "REBASE against ETS on 60
-problems"). Where floats still depend on the batch: the transformers backends (policy and
+problems"); after it, the 24 problems that run and a 24-problem run share have identical
+records, step scores included. Where floats still depend on the batch: the transformers backends (policy and
 PRM), a transformer sentence embedder for ETS (batched over every problem in flight; the
 demo's static embedder is per text), several torch threads on larger models, and GPUs. A
 selection reads those floats, so there it *can* flip when two candidates' scores (or a
