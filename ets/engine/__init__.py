@@ -48,8 +48,9 @@ Public API
 finish is "eos", "stop" or "length". On the CPU a sequence's logits are the same bit for
 bit whatever else is in its batch (ets/engine/invariant.py says how, and where not).
 Seeds: sample j of a request that carries its own seed depends only on (that seed, j); of
-one that does not, on (the call's seed, its index in the call's samples). Neither depends on batching, cache hits or preemption, and a
-call of one request with seed s samples what the request `(ids, n, s)` samples. When the
+one that does not, on (the call's seed, its index in the call's samples). Neither depends
+on batching, cache hits or preemption, and a call of one request with seed s samples what
+the request `(ids, n, s)` samples. When the
 pool runs out, unlocked cache entries are evicted (LRU), then the youngest running
 sequences are preempted and recomputed later; if locked handles fill the pool, the
 oldest handle is spilled (its path becomes evictable and is recomputed from its tokens

@@ -179,16 +179,16 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     layer = module.layer_idx
     k_pool, v_pool = batch.k_pool[layer], batch.v_pool[layer]
     # 1. store the new tokens' KV: [1, Hkv, T, D] -> pool [Hkv, slots, D]
-    k_pool.index_copy_(1, batch.write_slots, key[0].to(k_pool.dtype))
-    v_pool.index_copy_(1, batch.write_slots, value[0].to(v_pool.dtype))
+    k_new, v_new = key[0].to(k_pool.dtype), value[0].to(v_pool.dtype)  # once: the decode groups slice them
+    k_pool.index_copy_(1, batch.write_slots, k_new)
+    v_pool.index_copy_(1, batch.write_slots, v_new)
     q_all = query[0].transpose(0, 1)  # [T, H, D]
     window = kwargs.get("sliding_window")
     outs, start = [], 0
     for group in batch.groups:
         q = q_all[start:start + group.num_tokens]
         if group.decode is not None:  # this group's new K/V [Hkv, B, D], for the kept buffers
-            new_kv = (key[0, :, start:start + group.num_tokens].to(k_pool.dtype),
-                      value[0, :, start:start + group.num_tokens].to(v_pool.dtype))
+            new_kv = (k_new[:, start:start + group.num_tokens], v_new[:, start:start + group.num_tokens])
             outs.append(_attend_decode(group, q, new_kv, k_pool, v_pool, layer, scaling, window))
         else:
             outs.append(_attend_group(group, q, k_pool, v_pool, scaling, window, batch.workspace))

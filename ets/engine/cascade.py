@@ -86,6 +86,13 @@ class CascadeMeta:
         return y if self.identity else y.index_select(1, self.dst)
 
 
+def prefix_columns(longest: int, table_width: int, key_block: int) -> int:
+    """The prefix region's columns for a longest shared prefix of `longest` tokens: padded
+    to a multiple of `key_block` (masked; invariant.KEY_BLOCK), so that a sequence's sums
+    run in the same order whatever its batch-mates' prefixes are."""
+    return min(round_up(max(1, longest), key_block), table_width)
+
+
 def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of: list[int],
           member_of: list[int], ends: list[int], device, cap: int | None = None, key_block: int = 1) -> CascadeMeta:
     """Metadata for B decode sequences sorted by cluster. `rows[b]` is b's table row,
@@ -97,9 +104,7 @@ def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of
     p_len = [0] * n_clusters
     for b in range(len(rows) - 1, -1, -1):
         first[cluster_of[b]], p_len[cluster_of[b]] = b, shared[b]
-    # prefix columns padded to a multiple of `key_block` (masked; invariant.KEY_BLOCK): a
-    # sequence's sums then run in the same order whatever its batch-mates' prefixes are
-    p_max = min(round_up(max(1, max(p_len)), key_block), table.shape[1])
+    p_max = prefix_columns(max(p_len), table.shape[1], key_block)
     pre_slots = table[rows[torch.tensor(first, device=device)], :p_max]
     p_len_t = torch.tensor(p_len, device=device)
     seq_p = p_len_t[torch.tensor(cluster_of, device=device)]

@@ -18,10 +18,9 @@ import torch
 from ets.engine import attention, cascade
 from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
-from ets.engine.table import SlotTable
 from ets.engine.invariant import KEY_BLOCK, MIN_ROWS, round_up
+from ets.engine.table import SlotTable
 from ets.engine.workspace import HEADROOM, DecodeKV, Workspace
-
 
 
 class Outputs(Sequence[torch.Tensor]):
@@ -58,6 +57,7 @@ class ModelRunner:
         self.pool = pool
         self.table = table
         self.device = pool.device
+        self.kv_heads, self.head_dim = pool.k[0].shape[0], pool.k[0].shape[2]
         dtype = pool.k[0].dtype
         self.workspace = Workspace(dtype, self.device)
         # kept decode buffers, of the plain group (False) and of the cascade one (True): each
@@ -86,7 +86,7 @@ class ModelRunner:
         # Decode chunks first: those alone on their path (plain attention), then those with
         # siblings (cascade attention, by cluster); then prefill chunks. Each group is
         # contiguous. (Which group a sequence joins depends on its own request only: see
-        # MIN_ROWS.)
+        # invariant.py.)
         sizes = Counter(c.cluster for c in chunks if c.decode)
         kind = [(0 if sizes[c.cluster] == 1 else 1) if c.decode else 2 for c in chunks]
         order = sorted(range(len(chunks)), key=lambda i: (kind[i], chunks[i].cluster))
@@ -187,8 +187,8 @@ class ModelRunner:
             slots, cols = casc.own_slots, casc.own_cols
             per_row = casc.pre_slots.numel() / len(chunks) + cap
             kv.pre_cols = casc.pre_slots.shape[1]
-        heads, dim = self.pool.k[0].shape[0], self.pool.k[0].shape[2]
-        kept = kv.keep(int(per_row * len(chunks)) * heads * dim, self._slack(len(chunks))) if fresh else kv.kept
+        per_column = self.kv_heads * self.head_dim
+        kept = kv.keep(int(per_row * len(chunks)) * per_column, self._slack(len(chunks))) if fresh else kv.kept
         n = len(chunks)
         compact = None
         if reuse is not None and reuse.keep is not None:
@@ -202,24 +202,22 @@ class ModelRunner:
     def _slack(self, rows: int) -> int:
         """Elements per layer the kept buffers may hold beyond the pool's size: each row's
         rounding up to KEY_BLOCK columns (a group whose contexts fill the pool still fits)."""
-        return rows * KEY_BLOCK * self.pool.k[0].shape[0] * self.pool.k[0].shape[2]
+        return rows * KEY_BLOCK * self.kv_heads * self.head_dim
 
     def _cap(self, chunks: list[Chunk], need: int, shared: bool) -> int:
         """Columns for a decode group's rebuilt buffers: `need` and HEADROOM more, a multiple
         of KEY_BLOCK (as prefill keys: see invariant.py); less headroom when that much would not
         be kept (workspace.DecodeKV.keep: at most the pool's bytes), for rebuilding a few
         steps sooner costs far less than gathering every layer at every step."""
-        def up(n: int) -> int:
-            return round_up(n, KEY_BLOCK)
-
-        cap = up(need + HEADROOM)
-        heads, dim = self.pool.k[0].shape[0], self.pool.k[0].shape[2]
-        fixed = 0  # elements per layer and K or V besides the own columns: the cascade's prefixes
+        cap = round_up(need + HEADROOM, KEY_BLOCK)
+        fixed = 0  # columns besides the own ones: the cascade's prefix regions, as cascade.build lays them out
         if shared:
-            fixed = len({c.cluster for c in chunks}) * min(up(max(c.shared for c in chunks)), self.table.rows.shape[1])
-        room = self.decode_kv[shared].limit_elements(self._slack(len(chunks))) // (heads * dim) - fixed
+            fixed = len({c.cluster for c in chunks}) * cascade.prefix_columns(
+                max(c.shared for c in chunks), self.table.rows.shape[1], KEY_BLOCK)
+        elements = self.decode_kv[shared].limit_elements(self._slack(len(chunks)))
+        room = elements // (self.kv_heads * self.head_dim) - fixed
         if room < cap * len(chunks):
-            cap = max(up(need), room // len(chunks) // KEY_BLOCK * KEY_BLOCK)
+            cap = max(round_up(need, KEY_BLOCK), room // len(chunks) // KEY_BLOCK * KEY_BLOCK)
         return min(cap, self.table.rows.shape[1]) if not shared else cap
 
     def _group(self, chunks: list[Chunk], decode: bool, shared: bool = False) -> attention.AttentionGroup:
@@ -230,12 +228,12 @@ class ModelRunner:
         l_max = max(c.start + n for c, n in zip(chunks, lens))
         if decode:
             return self._decode_group(chunks, rows, starts, l_max, shared)
-        # Keys padded to a multiple of KEY_BLOCK (masked): SDPA's sums run in the same order
-        # whatever the longest sequence beside this one is (see invariant.py)
+        # Keys padded to a multiple of KEY_BLOCK (masked): a query's sums run in the same
+        # order whatever the longest sequence beside this one is (see invariant.py)
         kv_slots = self.table.rows[rows, :min(round_up(l_max, KEY_BLOCK), self.table.rows.shape[1])]
         # Padded query layout: token i of sequence b sits at b * q_max + i.
         #   packed: [a0 a1 a2 | b0 b1]   ->   padded: [a0 a1 a2 | b0 b1 --]   (q_max = 3)
-        q_max = max(2, *lens)  # SDPA computes one query alone another way (see invariant.py)
+        q_max = max(2, *lens)  # one query alone is multiplied another way (see invariant.py)
         lens_t = torch.tensor(lens, dtype=torch.long, device=dev)
         i = torch.arange(q_max, device=dev)
         q_pos = starts[:, None] + torch.minimum(i[None, :], lens_t[:, None] - 1)

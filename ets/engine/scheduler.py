@@ -200,8 +200,8 @@ class Scheduler:
         decode = sample and n == 1
         # A decode step splits its attention at the end of its request's path, whatever was
         # cached when it was admitted (which depends on what else ran): its numbers are then
-        # its own (ets/engine/invariant.py). Its cluster: the sequences whose KV before that point
-        # is the same slots (one locked node); a path computed in part by itself is alone.
+        # its own (ets/engine/invariant.py). Its cluster: the sequences whose KV before that
+        # point is the same slots (one locked node); a path computed in part by itself is alone.
         split = seq.n_prompt - 1
         cluster = (id(seq.prefix_node), split) if split <= seq.prefix_len else (-1 - seq.uid, split)
         plan.chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], slots, keep, cluster, split,

@@ -28,7 +28,9 @@ from typing import NamedTuple
 
 import torch
 
-HEADROOM = 8  # decode steps a rebuild leaves room for before the next one (at least: invariant.KEY_BLOCK)
+# decode steps a rebuild leaves room for before the next one, at least (the runner rounds
+# the columns up to invariant.KEY_BLOCK)
+HEADROOM = 8
 
 
 class Reuse(NamedTuple):
