@@ -43,12 +43,21 @@ def take(pool: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = Non
     return out
 
 
+def take_keys(pool: torch.Tensor, index: torch.Tensor, out: torch.Tensor, staging: torch.Tensor) -> torch.Tensor:
+    """`take`, transposed: pool [Hkv, N, D] at `index` [R, L] -> `out` [Hkv, R, D, L] (the
+    kept key buffers' layout, workspace.py), through `staging` [Hkv, R, L, D]."""
+    take(pool, index, out=staging)
+    return out.copy_(staging.transpose(-1, -2))
+
+
 @dataclass
 class CascadeMeta:
     pre_slots: torch.Tensor     # [C, Pmax] slots of each cluster's shared prefix
-    pre_bias_seq: torch.Tensor  # [1, B, 1, Pmax] 0 where j < P_(cluster of b), else -inf
     own_slots: torch.Tensor     # [B, cap >= Smax] slots of each sequence's own positions P_b..
-    own_bias: torch.Tensor      # [1, B, 1, cap] 0 where j < S_b (always >= 1: the new token)
+    # [1, B, 1, Pmax + cap], 0 or -inf: over the prefix columns, 0 where j < P_(cluster of
+    # b); over the own ones, 0 where j < S_b (always >= 1: the new token). One tensor, so
+    # one add masks the scores of both regions.
+    bias: torch.Tensor
     own_cols: torch.Tensor      # [B] own column of each new token (S_b - 1)
     dst: torch.Tensor           # [B] index of sequence b in the [C * Gmax] cluster layout
     g_max: int
@@ -68,7 +77,8 @@ class CascadeMeta:
         over kept buffers: `own_slots` is not updated (it only serves a gather, and a gather
         builds anew)."""
         self.own_cols += 1
-        self.own_bias[0, torch.arange(self.own_cols.numel(), device=self.own_cols.device), 0, self.own_cols] = 0.0
+        rows = torch.arange(self.own_cols.numel(), device=self.own_cols.device)
+        self.bias[0, rows, 0, self.pre_slots.shape[1] + self.own_cols] = 0.0
         return self
 
     def to_clusters(self, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -108,7 +118,7 @@ def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of
     pre_slots = table[rows[torch.tensor(first, device=device)], :p_max]
     p_len_t = torch.tensor(p_len, device=device)
     seq_p = p_len_t[torch.tensor(cluster_of, device=device)]
-    pre_bias = _bias(torch.arange(p_max, device=device) < seq_p[:, None])
+    pre_allowed = torch.arange(p_max, device=device) < seq_p[:, None]
     own = [e - s for e, s in zip(ends, shared)]
     s_max = max(own)
     shared_t = torch.tensor(shared, device=device)
@@ -116,9 +126,10 @@ def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of
     cols = (shared_t[:, None] + j).clamp(max=table.shape[1] - 1)  # beyond S_b: stale, masked
     own_slots = table[rows[:, None], cols]
     own_t = torch.tensor(own, device=device)
-    own_bias = _bias(j < own_t[:, None])  # every own column (see attention._attend_decode)
+    # every own column is scored (see attention._attend_decode): those past S_b masked
+    bias = _bias(torch.cat([pre_allowed, j < own_t[:, None]], dim=1))
     dst = torch.tensor([c * g_max + g for c, g in zip(cluster_of, member_of)], device=device)
-    return CascadeMeta(pre_slots, pre_bias, own_slots, own_bias, own_t - 1, dst, g_max)
+    return CascadeMeta(pre_slots, own_slots, bias, own_t - 1, dst, g_max)
 
 
 def _bias(allowed: torch.Tensor) -> torch.Tensor:
@@ -131,7 +142,8 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     """q [B, H, D] (one query per sequence) -> [B, H, D]. Pools are [Hkv, N, D].
 
     `decode` (an attention.DecodeMeta): the prefix and own K/V live in its kept buffers
-    (gathered on a rebuild; else only `new_kv`, the new tokens' [Hkv, B, D], is written)."""
+    (gathered on a rebuild; else only `new_kv`, the new tokens' [Hkv, B, D], is written),
+    the prefix keys transposed (workspace.TRANSPOSED_KEYS)."""
     n_seq, heads, dim = q.shape
     kv_heads = k_pool.shape[0]
     rep = heads // kv_heads
@@ -146,42 +158,44 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
 
     # prefix scores in the cluster layout [Hkv, C, Gmax*rep, Pmax], then per sequence
     qc = meta.to_clusters("q", q4.to(k_pre.dtype))
-    s_pre = torch.matmul(qc.reshape(kv_heads, n_clusters, -1, dim), k_pre.transpose(-1, -2))
+    s_pre = torch.matmul(qc.reshape(kv_heads, n_clusters, -1, dim), k_pre)
     s_pre = meta.to_sequences(s_pre.view(kv_heads, cg, rep, p_max))  # [Hkv, B, rep, Pmax]
 
     # own scores [Hkv, B, rep, cap]: every column of the (contiguous) buffers, those past
     # S_b masked, as in attention._attend_decode
     s_own = torch.matmul(q4.to(k_own.dtype), k_own.transpose(-1, -2))
 
-    scores = torch.cat([s_pre + meta.pre_bias_seq, s_own + meta.own_bias], dim=-1)
+    scores = torch.cat([s_pre, s_own], dim=-1).add_(meta.bias)
     probs = scores.float().softmax(dim=-1)
     p_pre, p_own = probs.split([p_max, probs.shape[-1] - p_max], dim=-1)
     out = attend_values(p_own.to(v_own.dtype), v_own).to(q.dtype)  # [Hkv, B, rep, D]
 
     pc = meta.to_clusters("p", p_pre.to(v_pre.dtype))
     out_pre = attend_values(pc.reshape(kv_heads, n_clusters, -1, p_max), v_pre)
-    out = out + meta.to_sequences(out_pre.view(kv_heads, cg, rep, dim))
+    out += meta.to_sequences(out_pre.view(kv_heads, cg, rep, dim))
     return out.transpose(0, 1).reshape(n_seq, heads, dim)
 
 
 def _regions(meta: CascadeMeta, k_pool, v_pool, decode, layer: int, new_kv):
-    """K/V of the prefixes [Hkv, C, Pmax, D] and own positions [Hkv, B, cap, D]."""
+    """K/V of the prefixes, the keys transposed: [Hkv, C, D, Pmax], [Hkv, C, Pmax, D]; and
+    of the own positions [Hkv, B, cap, D]."""
     if decode is None:
-        return (take(k_pool, meta.pre_slots), take(v_pool, meta.pre_slots),
+        return (take(k_pool, meta.pre_slots).transpose(-1, -2), take(v_pool, meta.pre_slots),
                 take(k_pool, meta.own_slots), take(v_pool, meta.own_slots))
     kv_heads, dim = k_pool.shape[0], k_pool.shape[2]
     key = decode.layer_key(layer)
     k_pre, v_pre = decode.kv.buffers("pre", key, (kv_heads, *meta.pre_slots.shape, dim))
     k_own, v_own = decode.kv.buffers("own", key, (kv_heads, *meta.own_slots.shape, dim))
     if decode.must_gather():
-        for pool, pre, own in ((k_pool, k_pre, k_own), (v_pool, v_pre, v_own)):
-            take(pool, meta.pre_slots, out=pre)
-            take(pool, meta.own_slots, out=own)
+        take_keys(k_pool, meta.pre_slots, k_pre, decode.kv.scratch(v_pre.shape))
+        take(v_pool, meta.pre_slots, out=v_pre)
+        take(k_pool, meta.own_slots, out=k_own)
+        take(v_pool, meta.own_slots, out=v_own)
     else:  # the prefixes are unchanged; each sequence's new token goes into its own column
         c = decode.compact
         if c is not None:  # some sequences left: their rows (and emptied clusters) go
             decode.kv.compact("own", key, (kv_heads, c.old_rows, *meta.own_slots.shape[1:], dim), k_own.shape, c.keep)
-            decode.kv.compact("pre", key, (kv_heads, c.old_clusters, c.old_pre_cols, dim), k_pre.shape, c.keep_clusters)
+            decode.kv.compact("pre", key, (kv_heads, c.old_clusters, c.old_pre_cols, dim), v_pre.shape, c.keep_clusters)
         decode.write_new(k_own, meta.own_cols, new_kv[0])
         decode.write_new(v_own, meta.own_cols, new_kv[1])
     return k_pre, v_pre, k_own, v_own
