@@ -8,7 +8,10 @@ REBASE over the leaves it kept. ALGORITHMS.md, "ETS", is the specification:
 3. Costs per node: 'uniform' 1/(M+N), or 'tokens' = node tokens / tokens of all M+N nodes
    (root prompt included). Solve (lp.solve_selection), under `lp_time_limit`.
 4. REBASE again over the kept leaves (pruned leaves score -inf), handing out all of
-   `remaining`.
+   `remaining`. Beyond the paper, `final_pass: keep_counts` keeps each kept leaf's
+   REBASE count and hands out only the pruned leaves' children, by REBASE over the kept
+   leaves: where the program pruned only leaves REBASE gave nothing, the allocation is
+   REBASE's, so the two settings tell what the renormalisation itself costs.
 
 With `compat: ets_code` both REBASE passes are the ETS code's (search/compat.py): the
 first ranks ties earlier first, the final one later first, with its division by T before
@@ -21,7 +24,12 @@ allocation is kept (with a budget: its best leaves that fit), counted in
 
 metrics (per problem, in `frontier.metrics`): lp_solves, lp_seconds (build + solve),
 cluster_seconds (the round's batch embedding shared equally by its frontiers, plus this
-problem's clustering), lp_fallback, lp_budget_infeasible, lp_kept, lp_pruned.
+problem's clustering), lp_fallback, lp_budget_infeasible, lp_kept, lp_pruned; and where
+ETS's allocation departs from REBASE's on the same frontier: lp_pruned_weighted (pruned
+leaves that REBASE gave children), lp_pruned_width (those children) and lp_moved_width
+(children the final pass gives leaves beyond their REBASE counts: at least
+lp_pruned_width; the rest comes of the final pass renormalising over fewer leaves, which
+moves width to the best-scored even where only leaves REBASE gave nothing were pruned).
 """
 
 from __future__ import annotations
@@ -103,10 +111,17 @@ class ETS(Strategy):
         if len(cands) > 1 and remaining > 0:
             kept = self._prune(cands, counts, frontier.metrics)
             pruned = [s if k else -np.inf for s, k in zip(scores, kept)]
+            keep_counts = cfg.final_pass == "keep_counts"
+            # what the final pass hands out: everything, or the pruned leaves' children
+            width = sum(n for n, k in zip(counts, kept) if not k) if keep_counts else remaining
             if cfg.ets_code:
-                counts = reference_allocate(pruned, remaining, cfg.softmax_temperature, ties=LATER, scale_first=True)
+                final = reference_allocate(pruned, width, cfg.softmax_temperature, ties=LATER, scale_first=True)
             else:
-                counts = allocate(pruned, remaining, cfg.softmax_temperature)
+                final = allocate(pruned, width, cfg.softmax_temperature)
+            if keep_counts:
+                final = [int(f) + (n if k else 0) for f, n, k in zip(final, counts, kept)]
+            _count_departure(frontier.metrics, counts, final, kept)
+            counts = final
         return {c.id: k for c, k in zip(cands, counts) if k > 0}
 
     def _prune(self, cands: list[Node], counts: list[int], metrics: Counter[str]) -> np.ndarray:
@@ -140,3 +155,11 @@ class ETS(Strategy):
         metrics["lp_kept"] += int(kept.sum())
         metrics["lp_pruned"] += int((~kept).sum())
         return kept
+
+
+def _count_departure(metrics: Counter[str], rebase: list[int], final: list[int], kept: np.ndarray) -> None:
+    """Where the final allocation departs from REBASE's first pass (module doc, metrics)."""
+    weighted = [n for n, k in zip(rebase, kept) if n > 0 and not k]
+    metrics["lp_pruned_weighted"] += len(weighted)
+    metrics["lp_pruned_width"] += sum(weighted)
+    metrics["lp_moved_width"] += sum(max(0, b - a) for a, b in zip(rebase, final))

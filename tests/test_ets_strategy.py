@@ -92,11 +92,31 @@ def test_no_cost_no_coverage_is_rebase(cost):
     ets = build(cfg)
     metrics = simulate(ets, 16, 6, seed=1, check=lambda f, a: assert_equal(a, rebase_of(f, cfg.softmax_temperature))).metrics
     assert metrics["lp_solves"] > 0 and metrics["lp_fallback"] == 0 and metrics["lp_pruned"] == 0
+    assert metrics["lp_moved_width"] == metrics["lp_pruned_weighted"] == 0
 
 
 def test_huge_cost_keeps_one_leaf():
     ets = build(SearchConfig(method="ets", width=16, lambda_c=1e6, lambda_s=0.0))
-    simulate(ets, 16, 5, seed=2, check=lambda f, a: assert_equal(len(a), 1))
+    metrics = simulate(ets, 16, 5, seed=2, check=lambda f, a: assert_equal(len(a), 1)).metrics
+    # one leaf kept: every child REBASE gave another leaf moves to it, and nothing else moves
+    assert metrics["lp_moved_width"] == metrics["lp_pruned_width"] > 0
+
+
+def test_departure_from_rebase_is_counted_per_solve():
+    """Pruning only leaves REBASE gave nothing still moves width (the final pass
+    renormalises over fewer leaves); each solve's move at least its pruned leaves' children."""
+    cfg = SearchConfig(method="ets", width=64, lambda_c=0.25, lambda_s=0.0)
+    seen = []
+
+    def check(frontier, alloc):
+        rebase = rebase_of(frontier, cfg.softmax_temperature)
+        moved = sum(max(0, alloc.get(i, 0) - rebase.get(i, 0)) for i in alloc)
+        lost = sum(n for i, n in rebase.items() if i not in alloc and alloc)
+        seen.append((moved, lost))
+
+    metrics = simulate(build(cfg), 64, 6, seed=7, check=check).metrics
+    assert metrics["lp_moved_width"] == sum(m for m, _ in seen) > 0
+    assert all(m >= lost for m, lost in seen)
 
 
 def test_kv_budget_caps_the_kept_paths():
@@ -146,3 +166,30 @@ def test_metrics_are_the_problems_own():
     assert shares[0] == shares[1] > 0
     ets.select(frontiers[0])
     assert frontiers[0].metrics["lp_solves"] == 1 and frontiers[1].metrics["lp_solves"] == 0
+
+
+def test_keep_counts_final_pass_only_hands_out_the_pruned_leaves_children():
+    """`final_pass: keep_counts`: every kept leaf gets at least its REBASE count, the width is
+    spent exactly, and nothing moves but the pruned leaves' children (lp_moved_width ==
+    lp_pruned_width); the paper's renormalising pass moves more on the same searches."""
+    def run(final_pass):
+        cfg = SearchConfig(method="ets", width=64, lambda_c=1.0, lambda_s=0.0, final_pass=final_pass)
+
+        def check(frontier, alloc):
+            rebase = rebase_of(frontier, cfg.softmax_temperature)
+            assert sum(alloc.values()) == frontier.remaining
+            if final_pass == "keep_counts":
+                assert all(alloc.get(i, 0) >= n for i, n in rebase.items() if i in alloc or n == 0)
+
+        return simulate(build(cfg), 64, 6, seed=8, check=check).metrics
+
+    kept, renormalised = run("keep_counts"), run("renormalise")
+    assert kept["lp_moved_width"] == kept["lp_pruned_width"]
+    assert renormalised["lp_moved_width"] > renormalised["lp_pruned_width"]
+
+
+def test_keep_counts_is_rebase_when_only_childless_leaves_are_pruned():
+    cfg = SearchConfig(method="ets", width=64, lambda_c=0.25, lambda_s=0.0, final_pass="keep_counts")
+    metrics = simulate(build(cfg), 64, 6, seed=7,
+                       check=lambda f, a: assert_equal(a, rebase_of(f, cfg.softmax_temperature))).metrics
+    assert metrics["lp_pruned"] > 0 and metrics["lp_pruned_weighted"] == 0

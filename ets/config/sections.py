@@ -36,6 +36,10 @@ REFERENCE_ANSWER_PHRASES = ("The answer is", "The final answer is:", "Therefore,
 REFERENCE_PROMPT_TOKENS = 2
 VOTES = ("best", "majority", "weighted")
 COSTS = ("uniform", "tokens")
+# ETS: how the width is spent after the solve (search/ets.py): REBASE again over the kept
+# leaves (the paper's), or each kept leaf keeps its REBASE count and only the pruned
+# leaves' children are handed out again (a study of what the renormalisation costs)
+FINAL_PASSES = ("renormalise", "keep_counts")
 
 # Keys of the ETS public code's hyperparameter files -> our field names.
 ETS_KEY_ALIASES = {
@@ -63,6 +67,7 @@ class SearchConfig:
     lambda_c: float = 1.0             # ETS: weight of the KV cost
     lambda_s: float = 1.5             # ETS: weight of semantic coverage
     cost: str = "uniform"             # ETS node cost: uniform (1/(M+N)) | tokens
+    final_pass: str = "renormalise"   # ETS: renormalise (the paper's) | keep_counts (see FINAL_PASSES)
     cluster_threshold: float = 0.05   # ETS: cosine-distance cut of the dendrogram
     embedder: str = "all-MiniLM-L6-v2"  # sentence-transformers model (default ships offline)
     kv_budget: int | None = None      # ETS: hard cap on tokens of kept nodes (beyond the paper)
@@ -107,6 +112,7 @@ class SearchConfig:
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p: {self.top_p!r} must be in (0, 1]")
         choice("cost", self.cost, COSTS)
+        choice("final_pass", self.final_pass, FINAL_PASSES)
         choice("aggregation", self.aggregation, AGGREGATIONS)
         choice("vote", self.vote, VOTES)
         choice("compat", self.compat, COMPAT_MODES)
