@@ -61,13 +61,16 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.8))
+    many = len(points) > 5  # then a legend beside the axes names them (labels would overlap)
+    fig, ax = plt.subplots(figsize=(9.5 if many else 7, 4.8))
     markers = "osD^vPX*<>"
+    # every point its own colour: the default cycle repeats after ten
+    colours = [f"C{i}" for i in range(10)] if len(points) <= 10 else list(plt.get_cmap("tab20").colors)
     for i, p in enumerate(points):
         x, y = number(p, "kv_size_per_problem"), 100 * number(p, "accuracy")
         ax.errorbar([x], [y], xerr=[number(p, "kv_size_per_problem_sd")], yerr=[100 * number(p, "accuracy_sd")],
-                    marker=markers[i % len(markers)], color=f"C{i % 10}", capsize=3, label=p["label"])
-        if len(points) <= 5:  # beyond a few, labels beside the points overlap: the legend names them
+                    marker=markers[i % len(markers)], color=colours[i % len(colours)], capsize=3, label=p["label"])
+        if not many:
             ax.annotate(p["label"], (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
     problems = sorted({p["problems"] for p in points})
     seeds = sorted({p.get("seed_list", "") for p in points})
@@ -78,7 +81,10 @@ def main() -> None:
     ax.set_xlabel("KV size per problem (tokens, paper metric, prompt counted)")
     ax.set_ylabel("accuracy (%)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if many:
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110)

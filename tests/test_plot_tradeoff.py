@@ -45,3 +45,12 @@ def test_bad_points_fail_in_one_line(tmp_path):
         done = _run("--out", str(out), "--point", point)
         assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not out.exists()
+
+
+def test_many_points_get_a_legend_beside_the_axes(tmp_path):
+    """Beyond ten points the colours come from a 20-colour map (the default cycle repeats)."""
+    folder = _table(tmp_path / "many", [_row(f"ets{i}", 0.4 + i / 100, 60000 + 3000 * i) for i in range(12)])
+    out = tmp_path / "plot.png"
+    done = _run("--out", str(out), *[arg for i in range(12) for arg in ("--point", f"ETS {i}={folder}@ets{i}")])
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:4] == b"\x89PNG" and "ETS 11 51.0% at 93,000" in done.stdout
