@@ -119,7 +119,7 @@ class ETS(Strategy):
             else:
                 final = allocate(pruned, width, cfg.softmax_temperature)
             if keep_counts:
-                final = [int(f) + (n if k else 0) for f, n, k in zip(final, counts, kept)]
+                final = [f + (n if k else 0) for f, n, k in zip(final, counts, kept)]
             _count_departure(frontier.metrics, counts, final, kept)
             counts = final
         return {c.id: k for c, k in zip(cands, counts) if k > 0}

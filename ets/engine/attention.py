@@ -10,9 +10,9 @@ the runner passed for this forward (`ets_batch`, a `PackedBatch`):
 2. gathers, per sequence, the slots of its whole context (cached prefix + new tokens)
    into buffers it reuses (ets/engine/workspace.py): for decode, kept across forwards,
    so a step only writes the new tokens into them;
-3. attends each query over its own sequence only, causally: prefill chunks with torch
-   SDPA, decode tokens with two batched matmuls per kv head (on CPU 2-3x faster than
-   SDPA for one query per sequence).
+3. attends each query over its own sequence only, causally, with batched matmuls (decode
+   tokens, and prefill chunks on the CPU, where SDPA's blocking follows the batch: see
+   invariant.py); prefill chunks on a GPU with torch SDPA.
 
 Sequences are attended in groups (decode tokens together, prefill chunks together) so a
 long prefill does not pad every decode query to its length; decode tokens of sequences

@@ -169,7 +169,7 @@ class ModelRunner:
         reuse = kv.plan(tuple(c.uid for c in chunks), [c.start for c in chunks], shared, need, clusters)
         fresh = reuse is None
         if fresh:
-            kv.cap = self._cap(chunks, need, shared)
+            kv.cap = self._cap(chunks, need, len(clusters))
         cap = kv.cap
         if shared and reuse is not None and reuse.keep is None and self._last_cascade is not None:
             # the same sequences, each one token further: only their own lengths moved
@@ -204,15 +204,17 @@ class ModelRunner:
         rounding up to KEY_BLOCK columns (a group whose contexts fill the pool still fits)."""
         return rows * KEY_BLOCK * self.kv_heads * self.head_dim
 
-    def _cap(self, chunks: list[Chunk], need: int, shared: bool) -> int:
+    def _cap(self, chunks: list[Chunk], need: int, n_clusters: int) -> int:
         """Columns for a decode group's rebuilt buffers: `need` and HEADROOM more, a multiple
         of KEY_BLOCK (as prefill keys: see invariant.py); less headroom when that much would not
         be kept (workspace.DecodeKV.keep: at most the pool's bytes), for rebuilding a few
-        steps sooner costs far less than gathering every layer at every step."""
+        steps sooner costs far less than gathering every layer at every step. `n_clusters`:
+        the cascade group's clusters (0: the plain group)."""
         cap = round_up(need + HEADROOM, KEY_BLOCK)
+        shared = n_clusters > 0
         fixed = 0  # columns besides the own ones: the cascade's prefix regions, as cascade.build lays them out
         if shared:
-            fixed = len({c.cluster for c in chunks}) * cascade.prefix_columns(
+            fixed = n_clusters * cascade.prefix_columns(
                 max(c.shared for c in chunks), self.table.rows.shape[1], KEY_BLOCK)
         elements = self.decode_kv[shared].limit_elements(self._slack(len(chunks)))
         room = elements // (self.kv_heads * self.head_dim) - fixed
