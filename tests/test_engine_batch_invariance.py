@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ets.engine import Engine
+from ets.engine.invariant import KEY_BLOCK, VALUE_BLOCK, attend_values, value_block
 from ets.engine.runner import ModelRunner
 from ets.models.tiny import ARCHS, build_tiny_model
 from tests.helpers import random_tokens
@@ -110,3 +111,26 @@ def test_the_padding_can_be_switched_off(model_tok):
         outs.append(torch.equal(alone, among))
         torch.testing.assert_close(alone, among, atol=1e-5, rtol=0)
     assert outs == [True, False]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_value_products_do_not_depend_on_the_padded_width(dtype):
+    """attend_values: a row's product with the values is the same over its own keys and
+    padded to any longer width (zero probabilities, stale values), for products of 1 to 64
+    rows; the block it sums by is measured on this CPU (an AVX2 one splits a sum of more
+    than 128 keys, where 256 had been assumed)."""
+    gen = torch.Generator().manual_seed(0)
+    for rows in (1, 2, 4, 16, 64):
+        for keys in (16, 112, 144, 240, 400):
+            probs = torch.rand(3, rows, keys, generator=gen).to(dtype)
+            values = torch.randn(3, keys, 32, generator=gen).to(dtype)
+            alone = attend_values(probs, values)
+            for width in (keys + 16, 256, 512, 1024):
+                if width < keys:
+                    continue
+                padded = torch.zeros(3, rows, width, dtype=dtype)
+                padded[..., :keys] = probs
+                stale = torch.randn(3, width, 32, generator=gen).to(dtype)
+                stale[:, :keys] = values
+                assert torch.equal(attend_values(padded, stale), alone), (rows, keys, width)
+    assert KEY_BLOCK <= value_block(dtype, 32) <= VALUE_BLOCK

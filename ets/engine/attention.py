@@ -231,7 +231,8 @@ def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_poo
     q4 = (q * scaling).view(n_seq, kv_heads, heads // kv_heads, dim).transpose(0, 1).to(k.dtype)  # [Hkv, B, rep, D]
     scores = torch.matmul(q4, k.transpose(-1, -2)) + group.bias(window, width)         # [Hkv, B, rep, W]
     probs = scores.float().softmax(dim=-1).to(v.dtype)
-    out = attend_values(probs, v)                                                       # [Hkv, B, rep, D]
+    # every sequence of this group is multiplied rep rows at a time (attend_values)
+    out = attend_values(probs, v, fixed_rows=True)                                      # [Hkv, B, rep, D]
     return out.transpose(0, 1).reshape(n_seq, heads, dim).to(q.dtype)
 
 

@@ -168,7 +168,8 @@ def attend(meta: CascadeMeta, q: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
     scores = torch.cat([s_pre, s_own], dim=-1).add_(meta.bias)
     probs = scores.float().softmax(dim=-1)
     p_pre, p_own = probs.split([p_max, probs.shape[-1] - p_max], dim=-1)
-    out = attend_values(p_own.to(v_own.dtype), v_own).to(q.dtype)  # [Hkv, B, rep, D]
+    # each sequence's own columns: always rep rows at a time (attend_values)
+    out = attend_values(p_own.to(v_own.dtype), v_own, fixed_rows=True).to(q.dtype)  # [Hkv, B, rep, D]
 
     pc = meta.to_clusters("p", p_pre.to(v_pre.dtype))
     out_pre = attend_values(pc.reshape(kv_heads, n_clusters, -1, p_max), v_pre)

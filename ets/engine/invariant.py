@@ -11,8 +11,13 @@ without it, tests/test_engine_batch_invariance.py):
   runner's padding rows, dropped); a prefill group's queries are at least two.
 - A row's sums over keys are blocked by the row's length: keys (prefill, the cascade's
   prefix columns, the decode buffers' columns) are padded, masked, to a multiple of
-  KEY_BLOCK, and the product of probabilities and values runs over fixed blocks of
-  VALUE_BLOCK keys (`attend_values`), however many keys the batch's longest row has.
+  KEY_BLOCK, and the product of probabilities and values runs over fixed blocks of keys
+  (`attend_values`), however many keys the batch's longest row has. How wide a block may
+  be is the BLAS's business: within a block a row's padded keys must add exact zeros at
+  the end of the same sum, which holds only up to the width at which the kernel splits a
+  sum in two. MKL on an AVX-512 CPU sums 256 keys in one run; on an AVX2 one (an AMD
+  EPYC) it splits at 128 for products of 4 rows or more, so a block of 256 gave a row
+  another rounding beside a longer row. `value_block` measures it on the machine, once.
 - Prefill attention is two batched matmuls on the CPU, not SDPA: SDPA splits queries into
   blocks sized by the batch's longest chunk (attention._attend_group).
 - A decode step's attention is split where its own request's path ends, not where the
@@ -29,10 +34,13 @@ sequences).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 MIN_ROWS = 16
 KEY_BLOCK = 16
+# the widest value block tried (wider blocks, fewer matmuls: each one costs a call)
 VALUE_BLOCK = 256
 
 
@@ -41,14 +49,48 @@ def round_up(n: int, block: int) -> int:
     return -(-n // block) * block
 
 
-def attend_values(probs: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """probs [..., M, L] @ v [..., L, D], summed over blocks of VALUE_BLOCK keys in order:
+def attend_values(probs: torch.Tensor, v: torch.Tensor, fixed_rows: bool = False) -> torch.Tensor:
+    """probs [..., M, L] @ v [..., L, D], summed over blocks of `value_block` keys in order:
     one matmul over all L keys blocks its sum by L, so a row's result would change with
-    the padded length of the batch's longest row (its own masked keys add exact zeros)."""
+    the padded length of the batch's longest row (its own masked keys add exact zeros).
+    `fixed_rows`: these sequences' rows are always multiplied M at a time (plain decode:
+    the query heads of a kv head), so the block need only hold for M rows."""
     width = probs.shape[-1]
-    if width <= VALUE_BLOCK:
+    rows = probs.shape[-2] if fixed_rows else None
+    block = value_block(v.dtype, v.shape[-1], rows) if v.device.type == "cpu" else VALUE_BLOCK
+    if width <= block:
         return torch.matmul(probs, v)
-    out = torch.matmul(probs[..., :VALUE_BLOCK], v[..., :VALUE_BLOCK, :])
-    for start in range(VALUE_BLOCK, width, VALUE_BLOCK):
-        out += torch.matmul(probs[..., start:start + VALUE_BLOCK], v[..., start:start + VALUE_BLOCK, :])
+    out = torch.matmul(probs[..., :block], v[..., :block, :])
+    for start in range(block, width, block):
+        out += torch.matmul(probs[..., start:start + block], v[..., start:start + block, :])
     return out
+
+
+def value_block(dtype: torch.dtype, dim: int, rows: int | None = None) -> int:
+    """The widest block of keys (VALUE_BLOCK, halved down to KEY_BLOCK) within which this
+    CPU's matmul sums a row of probabilities times values the same way whether the row
+    ends at the block's end or earlier, its padding zero: measured on products of `rows`
+    rows (None: of 1 to 16), for this dtype, head size `dim` and torch's thread count,
+    once each. (MKL on an AVX2 CPU: 256 for one or two rows, 128 from four.)"""
+    return _value_block(dtype, dim, torch.get_num_threads(), rows)
+
+
+@functools.cache
+def _value_block(dtype: torch.dtype, dim: int, threads: int, rows: int | None) -> int:
+    gen = torch.Generator().manual_seed(0)
+    block = VALUE_BLOCK
+    while block > KEY_BLOCK and not all(_pads_exactly(block, m, keys, dim, dtype, gen)
+                                        for m in ((1, 2, 4, 16) if rows is None else (rows,))
+                                        for keys in (KEY_BLOCK, block // 2 + KEY_BLOCK, block - KEY_BLOCK)):
+        block //= 2
+    return block
+
+
+def _pads_exactly(block: int, rows: int, keys: int, dim: int, dtype: torch.dtype, gen: torch.Generator) -> bool:
+    """A product over `keys` keys equals the same product padded to `block` keys (zero
+    probabilities, values that are not zero), bit for bit."""
+    probs = torch.rand(4, rows, block, generator=gen)
+    probs[..., keys:] = 0
+    values = torch.randn(4, block, dim, generator=gen)
+    probs, values = probs.to(dtype), values.to(dtype)
+    return torch.equal(torch.matmul(probs[..., :keys], values[:, :keys]), torch.matmul(probs, values))
