@@ -15,20 +15,21 @@ without it, tests/test_engine_batch_invariance.py):
   (`attend_values`), however many keys the batch's longest row has. How wide a block may
   be is the BLAS's business: within a block a row's padded keys must add exact zeros at
   the end of the same sum, which holds only up to the width at which the kernel splits a
-  sum in two. MKL on an AVX-512 CPU sums 256 keys in one run; on an AVX2 one (an AMD
-  EPYC) it splits at 128 for products of 4 rows or more, so a block of 256 gave a row
-  another rounding beside a longer row. `value_block` measures it on the machine, once.
+  sum in two. On the AVX-512 CPU these rules were found on, blocks of 256 keys passed;
+  on an AVX2 one (an AMD EPYC) MKL splits a sum at 128 keys for products of 4 rows or
+  more, so a block of 256 gave a row another rounding beside a longer row (9 tests
+  failed there). `value_block` measures it on the machine, once.
 - Prefill attention is two batched matmuls on the CPU, not SDPA: SDPA splits queries into
   blocks sized by the batch's longest chunk (attention._attend_group).
 - A decode step's attention is split where its own request's path ends, not where the
   cache happened to end, and it runs in the plain group (alone on its path) or the
   cascade group (with siblings) by its own request (scheduler._add_chunk, the runner).
 
-Found equal bit for bit on this CPU with one thread, and with two for the small test
-models. Not covered: several threads on larger models (BLAS may split a matmul's sums by
-its size), GPU kernels (chosen by shape), sliding-window layers (their path follows the
-batch's longest context), and KV recomputed after a preemption (prefill arithmetic instead
-of decode). `Engine(batch_invariant=False)` drops the row padding (faster at a few
+Found equal bit for bit with one thread, and with two for the small test models, on an
+AVX-512 and an AVX2 CPU (MKL). Not covered: several threads on larger models (BLAS may
+split a matmul's sums by its size), GPU kernels (chosen by shape), sliding-window layers
+(their path follows the batch's longest context), and KV recomputed after a preemption
+(prefill arithmetic instead of decode). `Engine(batch_invariant=False)` drops the row padding (faster at a few
 sequences).
 """
 
