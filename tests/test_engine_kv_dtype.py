@@ -96,7 +96,7 @@ def test_a_pool_is_zeros_on_a_cache_line_and_costs_nothing_until_written(dtype):
     import resource
 
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    pool = KVPool(4, 1 << 19, 4, 32, dtype, "cpu")  # 1 GiB in float32, half that narrow
+    pool = KVPool(4, 1 << 19, 4, 32, dtype, "cpu")  # 2 GiB in float32, 1 GiB narrow
     # torch.zeros would touch every page (~260K faults a GiB); calloc'ed pages come on first write
     assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults < 5000
     for t in pool.k + pool.v:
