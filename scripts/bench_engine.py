@@ -77,6 +77,19 @@ def build_model(name: str, device: str, dtype: str, seed: int = 0):
     return model.eval(), tok
 
 
+def cpu_name() -> str:
+    """The CPU's model and the vector instructions torch uses (figures differ by machine:
+    an AVX2 EPYC ran both backends ~2x slower than an AVX-512 CPU)."""
+    name = ""
+    try:
+        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        import platform
+
+        name = platform.processor()
+    return f"{name or 'CPU'}, {torch.backends.cpu.get_cpu_capability()}"
+
+
 def sync(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
@@ -331,7 +344,8 @@ def main() -> None:
     suites = args.suite.split(",")
     model, tok = build_model(args.model, args.device, args.dtype)
     report = [f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
-              f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}) on {args.device}; torch {torch.__version__}; OMP_WAIT_POLICY="
+              f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}) on {args.device} ({cpu_name()}); "
+              f"torch {torch.__version__}; OMP_WAIT_POLICY="
               f"{os.environ.get('OMP_WAIT_POLICY')}; figures from one run (a shared machine: compare ratios only)"]
     first_ratio = float("nan")
     for i, threads in enumerate(int(t) for t in args.threads.split(",")):
