@@ -112,11 +112,16 @@ class StepTagPRM(MarkerPRM):
                 return EngineBackend(ctx.engine, cols, owns_engine=False)
             model, _ = load_causal_lm(ctx.model, device=device, dtype=dtype)
             if _wants_engine(options, ctx):
+                from ets.config import ConfigError
                 from ets.engine import Engine
+                from ets.engine.pool import PoolTooLarge
 
                 # Its own pool, its own key (None: the engine's DEFAULT_KV_TOKENS), never the policy's.
-                engine = Engine.from_pretrained(model, kv_budget_tokens=options.kv_budget_tokens,
-                                                tokenizer=tokenizer, max_batch_tokens=options.max_batch_tokens)
+                try:
+                    engine = Engine.from_pretrained(model, kv_budget_tokens=options.kv_budget_tokens,
+                                                    tokenizer=tokenizer, max_batch_tokens=options.max_batch_tokens)
+                except PoolTooLarge as exc:
+                    raise ConfigError(f"reward.options.kv_budget_tokens: {exc}") from None
                 return EngineBackend(engine, cols)
             return ForwardBackend.for_tokenizer(model, tokenizer, cols, options.padding_side, options.max_batch_tokens)
 

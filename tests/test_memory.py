@@ -68,3 +68,20 @@ def test_the_hf_baseline_reports_no_capacity(tmp_path):
     assert summary["policy_memory"] == {"capacity_tokens": None, "live_tokens": 0, "peak_live_tokens": None,
                                         "mean_live_tokens": None}
     assert "pool_kv_tokens" not in summary["reward_stats"]  # the forward backend keeps no cache
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["policy.backend=engine"], "policy.kv_budget_tokens"),
+    (["reward.options.backend=engine"], "reward.options.kv_budget_tokens"),
+])
+def test_a_pool_the_machine_cannot_hold_is_refused_before_the_run(tmp_path, capsys, monkeypatch, overrides, key):
+    """The pool takes its memory as it fills (ets/engine/pool.py lazy_zeros), so one larger
+    than the machine's available memory would only fail when full; it is refused at the
+    start instead, naming its key, and nothing is written."""
+    from tests.helpers import one_line_error, run_cli
+
+    monkeypatch.setattr("ets.engine.pool.available_bytes", lambda: 1 << 20)  # 1 MiB free
+    out = tmp_path / "r.jsonl"
+    line = one_line_error(capsys, run_cli(*overrides, f"output={out}"))
+    assert f"ets: error: {key}: a KV pool of 65,536 tokens takes" in line and "0.0 GiB available" in line
+    assert "lower kv_budget_tokens" in line and not out.exists()

@@ -78,11 +78,39 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tens
     return raw[start:start + nbytes].view(dtype).view(shape)
 
 
+class PoolTooLarge(ValueError):
+    """The pool asked for is larger than the memory this machine has available."""
+
+
+def available_bytes() -> int | None:
+    """The memory the kernel says it can still give (MemAvailable, Linux); None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class KVPool:
     def __init__(self, num_layers: int, num_slots: int, num_kv_heads: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device | str):
         if num_slots < 1:
             raise ValueError(f"kv_budget_tokens must be >= 1, got {num_slots}")
+        # keys + values, every layer, for one token
+        self.bytes_per_token = 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        if torch.device(device).type == "cpu":
+            # The pool's pages are taken as it fills (lazy_zeros): a pool the machine cannot
+            # hold would fail only when full, killed mid-run. Refused here instead.
+            free = available_bytes()
+            need = (num_slots + 1) * self.bytes_per_token
+            if free is not None and need > free:
+                raise PoolTooLarge(
+                    f"a KV pool of {num_slots:,} tokens takes {need / 2**30:.1f} GiB and this machine has "
+                    f"{free / 2**30:.1f} GiB available; lower kv_budget_tokens (here at most about "
+                    f"{free // self.bytes_per_token:,} tokens)")
         # One slot more than the budget: `scratch_slot`, never handed out, where the runner's
         # padding rows (invariant.MIN_ROWS) write K/V nothing reads.
         shape = (num_kv_heads, num_slots + 1, head_dim)
@@ -91,8 +119,6 @@ class KVPool:
         self.num_slots = num_slots
         self.scratch_slot = num_slots
         self.device = torch.device(device)
-        # keys + values, every layer, for one token
-        self.bytes_per_token = 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
     @classmethod
     def for_model(cls, config, num_slots: int, dtype: torch.dtype, device) -> "KVPool":

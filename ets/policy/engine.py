@@ -29,8 +29,9 @@ from __future__ import annotations
 import random
 from typing import Any, Hashable
 
-from ets.config import PolicyConfig, SearchConfig
+from ets.config import ConfigError, PolicyConfig, SearchConfig
 from ets.engine.engine import Engine
+from ets.engine.pool import PoolTooLarge
 from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
 from ets.policy.steps import PromptsAndSteps, at_context, model_context, new_token_cap
 
@@ -53,11 +54,14 @@ class EnginePolicy(PromptsAndSteps):
     @classmethod
     def from_config(cls, policy: PolicyConfig, search: SearchConfig) -> "EnginePolicy":
         # None: the engine's own default pool (ets.engine.DEFAULT_KV_TOKENS), written there once.
-        engine = Engine.from_pretrained(
-            policy.model, kv_budget_tokens=policy.kv_budget_tokens, device=policy.device,
-            dtype=policy.dtype, max_batch_tokens=policy.max_batch_tokens, seed=search.seed,
-            kv_dtype=policy.kv_dtype,
-        )
+        try:
+            engine = Engine.from_pretrained(
+                policy.model, kv_budget_tokens=policy.kv_budget_tokens, device=policy.device,
+                dtype=policy.dtype, max_batch_tokens=policy.max_batch_tokens, seed=search.seed,
+                kv_dtype=policy.kv_dtype,
+            )
+        except PoolTooLarge as exc:
+            raise ConfigError(f"policy.kv_budget_tokens: {exc}") from None
         return cls(engine, policy, search)
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
