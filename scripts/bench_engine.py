@@ -82,7 +82,8 @@ def cpu_name() -> str:
     an AVX2 EPYC ran both backends ~2x slower than an AVX-512 CPU)."""
     name = ""
     try:
-        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        with open("/proc/cpuinfo") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         import platform
 

@@ -20,6 +20,9 @@ bfloat16's precision: an option, not the default.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 KV_DTYPES = ("float32", "bfloat16", "float16")
@@ -65,11 +68,7 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tens
     not whatever memory held before (a NaN there would reach the output through 0 * NaN)."""
     if torch.device(device).type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
-    import numpy as np
-
-    nbytes = torch.empty((), dtype=dtype).element_size()
-    for s in shape:
-        nbytes *= s
+    nbytes = math.prod(shape) * dtype.itemsize
     # bytes, then viewed as `dtype`: numpy has no bfloat16, and all-zero bytes are 0.0 in
     # every float format. Started on a cache line, as torch's own allocator does (calloc's
     # 16-byte alignment would split a 128-byte K row over three lines instead of two).
@@ -100,7 +99,7 @@ class KVPool:
         if num_slots < 1:
             raise ValueError(f"kv_budget_tokens must be >= 1, got {num_slots}")
         # keys + values, every layer, for one token
-        self.bytes_per_token = 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+        self.bytes_per_token = 2 * num_layers * num_kv_heads * head_dim * dtype.itemsize
         if torch.device(device).type == "cpu":
             # The pool's pages are taken as it fills (lazy_zeros): a pool the machine cannot
             # hold would fail only when full, killed mid-run. Refused here instead.
