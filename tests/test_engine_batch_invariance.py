@@ -17,8 +17,13 @@ from ets.models.tiny import ARCHS, build_tiny_model
 from tests.helpers import random_tokens
 
 
-@pytest.fixture(scope="module", params=ARCHS)
+@pytest.fixture(scope="module", params=[*ARCHS, "llama-mha"])
 def model_tok(request):
+    """The tiny models, and a llama whose every query head has its own K/V (as the demo
+    models): a product's row count is then its own queries' or samples' alone, and BLAS
+    computes 1-3 rows another way than 4 or more (an AVX2 CPU's MKL)."""
+    if request.param == "llama-mha":
+        return build_tiny_model("llama", seed=1, num_key_value_heads=4)
     return build_tiny_model(request.param, seed=1)
 
 
@@ -50,10 +55,13 @@ def test_scored_logits_do_not_depend_on_the_batch(model_tok, length):
     # computed in chunks of 7 tokens (the forwards' boundaries fall elsewhere in it)
     (chunked,) = _engine(model_tok, max_batch_tokens=7).score([target], [positions])
     assert torch.equal(chunked, alone)
-    # its first 40 tokens cached by an earlier call: only the rest computed now
-    engine = _engine(model_tok)
-    engine.score([target[:40]], [[39]])
-    assert torch.equal(engine.score([target], [positions])[0], alone)
+    # its first 40 tokens cached by an earlier call: only the rest computed now; and all but
+    # its last 1, 2 or 3 tokens, which then go through the model alone (1-3 query rows)
+    # (asked for its last row only: the engine recomputes from the first position asked for)
+    for cached in (40, length - 1, length - 2, length - 3):
+        engine = _engine(model_tok)
+        engine.score([target[:cached]], [[cached - 1]])
+        assert torch.equal(engine.score([target], [[length - 1]])[0], alone[-1:]), f"{length - cached} tokens computed"
 
 
 class DecodeRows:
@@ -80,7 +88,7 @@ class DecodeRows:
 
 
 @pytest.mark.parametrize("length", [70, 400])
-@pytest.mark.parametrize("n", [1, 4])
+@pytest.mark.parametrize("n", [1, 2, 4])
 def test_decode_logits_do_not_depend_on_the_batch(model_tok, monkeypatch, n, length):
     """n samples of a path, alone and among other paths: distinct ones, and others with
     siblings of their own (clusters of 2 or 8, which change the cascade's layout), some

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from ets.engine import cascade
 from ets.engine.cascade import CascadeMeta, take
-from ets.engine.invariant import attend_values
+from ets.engine.invariant import attend_values, product_rows
 from ets.engine.pool import operands
 from ets.engine.workspace import DecodeKV, Workspace
 from ets.models.load import ModelLoadError
@@ -278,26 +278,33 @@ def _attend_group(group: AttentionGroup, q: torch.Tensor, k_pool, v_pool, scalin
 
 def _matmul_attention(group: AttentionGroup, qp: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       scaling, window) -> torch.Tensor:
-    """qp [B, Qmax, H, D] over k, v [Hkv, B, L, D] -> [B, Qmax, H, D], by blocks of queries
-    (each at least two rows: a one-row product is computed another way)."""
+    """qp [B, Qmax, H, D] over k, v [Hkv, B, L, D] -> [B, Qmax, H, D], by blocks of queries,
+    each of at least `product_rows` rows (rep per query): fewer are computed another way
+    (invariant.py), so a chunk of fewer queries is padded (zero queries, outputs dropped)."""
     n_seq, q_max, heads, dim = qp.shape
     kv_heads, width = k.shape[0], k.shape[2]
     rep = heads // kv_heads
     scaling = dim ** -0.5 if scaling is None else scaling
-    q5 = (qp * scaling).view(n_seq, q_max, kv_heads, rep, dim).permute(2, 0, 3, 1, 4)  # [Hkv, B, rep, Qmax, D]
     bias = group.bias(window, width)[0]                                                 # [B, Qmax, L]
+    least = -(-product_rows(k.dtype, dim) // rep) if k.device.type == "cpu" else 1     # queries a block takes
+    real = q_max
+    if q_max < least:  # padding queries see what the last one sees: no row is all masked
+        qp = torch.cat([qp, qp.new_zeros(n_seq, least - q_max, heads, dim)], dim=1)
+        bias = torch.cat([bias, bias[:, -1:].expand(n_seq, least - q_max, width)], dim=1)
+        q_max = least
+    q5 = (qp * scaling).view(n_seq, q_max, kv_heads, rep, dim).permute(2, 0, 3, 1, 4)  # [Hkv, B, rep, Qmax, D]
     out = qp.new_empty(kv_heads, n_seq, rep, q_max, dim)
-    rows = max(2, PREFILL_SCORES // (kv_heads * n_seq * rep * width))
+    rows = max(least, PREFILL_SCORES // (kv_heads * n_seq * rep * width))
     bounds = list(range(0, q_max, rows))[1:]
-    if bounds and q_max - bounds[-1] == 1:
-        bounds.pop()  # no one-row block at the end
+    if bounds and q_max - bounds[-1] < least:
+        bounds.pop()  # the last block joins the one before
     for i, j in zip([0, *bounds], [*bounds, q_max]):
         n = j - i
         qb = q5[:, :, :, i:j].reshape(kv_heads, n_seq, rep * n, dim)
         scores = torch.matmul(qb, k.transpose(-1, -2)).view(kv_heads, n_seq, rep, n, width) + bias[None, :, None, i:j]
         probs = scores.float().softmax(dim=-1).to(v.dtype).view(kv_heads, n_seq, rep * n, width)
         out[:, :, :, i:j] = attend_values(probs, v).view(kv_heads, n_seq, rep, n, dim)
-    return out.permute(1, 3, 0, 2, 4).reshape(n_seq, q_max, heads, dim)
+    return out[:, :, :, :real].permute(1, 3, 0, 2, 4).reshape(n_seq, real, heads, dim)
 
 
 def register() -> None:

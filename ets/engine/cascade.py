@@ -104,12 +104,14 @@ def prefix_columns(longest: int, table_width: int, key_block: int) -> int:
 
 
 def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of: list[int],
-          member_of: list[int], ends: list[int], device, cap: int | None = None, key_block: int = 1) -> CascadeMeta:
+          member_of: list[int], ends: list[int], device, cap: int | None = None, key_block: int = 1,
+          min_members: int = 1) -> CascadeMeta:
     """Metadata for B decode sequences sorted by cluster. `rows[b]` is b's table row,
     `shared[b]` its cluster's prefix length, `ends[b]` its context length after this step;
-    `cap` (>= Smax): the own columns the gather buffers hold."""
+    `cap` (>= Smax): the own columns the gather buffers hold; `min_members`: the rows of a
+    cluster's prefix products, in samples, at least (padded: invariant.product_rows)."""
     n_clusters = cluster_of[-1] + 1
-    g_max = max(member_of) + 1
+    g_max = max(max(member_of) + 1, min_members)
     first = [0] * n_clusters  # first sequence of each cluster
     p_len = [0] * n_clusters
     for b in range(len(rows) - 1, -1, -1):

@@ -6,9 +6,16 @@ they run in, and kernels choose that order by the shape of the whole batch. What
 engine does about it, on the CPU (each rule found necessary by a test that failed
 without it, tests/test_engine_batch_invariance.py):
 
-- BLAS multiplies a matrix of fewer than ~16 rows another way (a batched matmul: of one
-  row): every forward runs at least MIN_ROWS rows, and as many kept logits rows (the
-  runner's padding rows, dropped); a prefill group's queries are at least two.
+- BLAS multiplies a matrix of fewer than ~16 rows another way: every forward runs at
+  least MIN_ROWS rows, and as many kept logits rows (the runner's padding rows, dropped).
+  A batched matmul (attention's products, per sequence or per cluster) computes a row the
+  same way from some row count on, which `product_rows` measures on the machine (MKL on
+  the AVX-512 CPU: 2; on an AVX2 one: 4, so that a model whose query heads each have
+  their own K/V, e.g. the demo's, scored its last 1-3 tokens alone, or decoded a cluster
+  of 2 samples, otherwise than among more): a prefill block has at least that many query
+  rows (padded when the chunk is shorter) and the cascade's clusters that many samples'
+  rows (padded). The products that always take the same rows (plain decode, the
+  cascade's own columns: a sequence's query heads) need no padding.
 - A row's sums over keys are blocked by the row's length: keys (prefill, the cascade's
   prefix columns, the decode buffers' columns) are padded, masked, to a multiple of
   KEY_BLOCK, and the product of probabilities and values runs over fixed blocks of keys
@@ -85,6 +92,29 @@ def _value_block(dtype: torch.dtype, dim: int, threads: int, rows: int | None) -
                                         for keys in (KEY_BLOCK, block // 2 + KEY_BLOCK, block - KEY_BLOCK)):
         block //= 2
     return block
+
+
+def product_rows(dtype: torch.dtype, dim: int) -> int:
+    """The fewest rows (1, 2, 4, 8 or 16) from which this CPU's batched matmul gives each
+    row the same result whatever the number of rows: measured on the shapes of attention's
+    products (queries of head size `dim` against keys, probabilities against values), for
+    this dtype and torch's thread count, once each."""
+    return _product_rows(dtype, dim, torch.get_num_threads())
+
+
+@functools.cache
+def _product_rows(dtype: torch.dtype, dim: int, threads: int) -> int:
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(dim, n) for n in (KEY_BLOCK, 3 * KEY_BLOCK, 304)] + [(k, dim) for k in (KEY_BLOCK, 48, 128, VALUE_BLOCK)]
+    unequal = 0  # the most rows found to compute a row otherwise than 64 rows do
+    for inner, outer in shapes:
+        a = torch.randn(3, 64, inner, generator=gen).to(dtype)
+        b = torch.randn(3, inner, outer, generator=gen).to(dtype)
+        full = torch.matmul(a, b)[:, :1]
+        for rows in range(1, 17):
+            if not torch.equal(torch.matmul(a[:, :rows], b)[:, :1], full):
+                unequal = max(unequal, rows)
+    return next(r for r in (1, 2, 4, 8, 16, 32) if r > unequal)
 
 
 def _pads_exactly(block: int, rows: int, keys: int, dim: int, dtype: torch.dtype, gen: torch.Generator) -> bool:

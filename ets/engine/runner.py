@@ -18,7 +18,7 @@ import torch
 from ets.engine import attention, cascade
 from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
-from ets.engine.invariant import KEY_BLOCK, MIN_ROWS, round_up
+from ets.engine.invariant import KEY_BLOCK, MIN_ROWS, product_rows, round_up
 from ets.engine.table import SlotTable
 from ets.engine.workspace import HEADROOM, DecodeKV, Workspace
 
@@ -59,6 +59,12 @@ class ModelRunner:
         self.device = pool.device
         self.kv_heads, self.head_dim = pool.k[0].shape[0], pool.k[0].shape[2]
         dtype = pool.k[0].dtype
+        # samples a cluster's prefix products take at least (padded): their rows are `rep`
+        # query heads each, and BLAS computes a row otherwise below product_rows (invariant.py),
+        # in the stored dtype or the model's (pool.operands may widen small regions)
+        rep = model.config.num_attention_heads // self.kv_heads
+        least = max(product_rows(dtype, self.head_dim), product_rows(next(model.parameters()).dtype, self.head_dim))
+        self.min_members = -(-least // rep) if batch_invariant and self.device.type == "cpu" else 1
         self.workspace = Workspace(dtype, self.device)
         # kept decode buffers, of the plain group (False) and of the cascade one (True): each
         # at most as much memory again as the pool itself (and KEY_BLOCK columns a row: _slack)
@@ -154,7 +160,7 @@ class ModelRunner:
             member_of.append(entry[1])
             entry[1] += 1
         return cascade.build(rows, self.table.rows, [c.shared for c in chunks], cluster_of, member_of,
-                             [c.start + 1 for c in chunks], self.device, cap, KEY_BLOCK)
+                             [c.start + 1 for c in chunks], self.device, cap, KEY_BLOCK, self.min_members)
 
     def _decode_group(self, chunks: list[Chunk], rows: torch.Tensor, starts: torch.Tensor,
                       l_max: int, shared: bool) -> attention.AttentionGroup:

@@ -58,8 +58,9 @@ def tiny_config(arch: str, vocab_size: int, **overrides):
     return cls(**common)
 
 
-def build_tiny_model(arch: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32):
-    """(model, tokenizer): a random-init causal LM, deterministic for a given seed."""
+def build_tiny_model(arch: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32, **overrides):
+    """(model, tokenizer): a random-init causal LM, deterministic for a given seed;
+    `overrides`: config fields (e.g. num_key_value_heads=4: one K/V head per query head)."""
     from transformers import AutoModelForCausalLM
 
     tok = build_tokenizer()
@@ -69,6 +70,7 @@ def build_tiny_model(arch: str = "llama", seed: int = 0, dtype: torch.dtype = to
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
+        **overrides,
     )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype)
