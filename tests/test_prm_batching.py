@@ -252,18 +252,26 @@ def test_the_sequences_sharing_a_prefix_are_those_that_start_with_it():
         assert found == [s for s in ordered if s[: len(prefix)] == prefix], prefix
 
 
-def test_the_engine_backend_makes_the_calls_it_made_before_batching():
-    """The engine calls of two rounds (shared prefixes level by level, then the rest), as
-    the scorer made them when it compared every prefix with every sequence (recorded)."""
+@pytest.mark.parametrize("memo", [True, False])
+def test_the_engine_backend_scores_a_shared_prefix_apart_only_for_rows_inside_it(memo):
+    """The engine calls of two rounds. A shared prefix gets a call of its own (first, level
+    by level) only when a row is wanted inside it: then its sharers need not compute it
+    each. Shared prefixes without one (the question; a history whose tag was scored in
+    round 1, when rows are memoised) are left to the engine, which computes them once
+    within the call (Engine.score); a call of their own would only cost a forward."""
     engine = DigestEngine()
-    backend = EngineBackend(engine, [0, 1], min_shared_tokens=4)
+    backend = EngineBackend(engine, [0, 1], min_shared_tokens=4, **({} if memo else {"max_cached_rows": 0}))
     for rnd in tree_round():
         backend.logits_at([s for s, _ in rnd], [p for _, p in rnd])
     lengths = [[len(s) for s in seqs] for seqs, _ in engine.calls]
     positions = [poss for _, poss in engine.calls]
-    assert lengths == [[12], [16, 15, 14], [12, 14], [16, 15], [20], [20, 20, 20, 19, 19, 19, 19, 18, 18, 18, 18]]
-    assert positions == [[[11]], [[15], [14], [13]], [[11], [13]], [[15], [14]], [[19]],
-                         [[19], [19], [19], [18], [18], [18], [18], [17], [17], [17], [17]]]
+    last = [[20, 20, 20, 19, 19, 19, 19, 18, 18, 18, 18], [[19], [19], [19], [18], [18], [18], [18], [17], [17], [17], [17]]]
+    if memo:  # round 1; round 2: the child that is there twice, then each child's newest row
+        assert lengths == [[16, 15, 14], [20], last[0]]
+        assert positions == [[[15], [14], [13]], [[19]], last[1]]
+    else:  # round 2 also wants the histories' rows again: each history once, before its children
+        assert lengths == [[16, 15, 14], [14], [16, 15], [20], last[0]]
+        assert positions == [[[15], [14], [13]], [[13]], [[15], [14]], [[19]], last[1]]
 
 
 # ------------------------------------------------------------------ whole scores
