@@ -9,10 +9,11 @@ without it, tests/test_engine_batch_invariance.py):
 - BLAS multiplies a matrix of fewer than ~16 rows another way: every forward runs at
   least MIN_ROWS rows, and as many kept logits rows (the runner's padding rows, dropped).
   A batched matmul (attention's products, per sequence or per cluster) computes a row the
-  same way from some row count on, which `product_rows` measures on the machine (MKL on
-  the AVX-512 CPU: 2; on an AVX2 one: 4, so that a model whose query heads each have
-  their own K/V, e.g. the demo's, scored its last 1-3 tokens alone, or decoded a cluster
-  of 2 samples, otherwise than among more): a prefill block has at least that many query
+  same way from some row count on, which `product_rows` measures on the machine (two
+  rows were assumed on the AVX-512 CPU, with test models of two query heads per K/V head,
+  which never made fewer; MKL on an AVX2 CPU needs 4, and a model whose query heads each
+  have their own K/V, e.g. the demo's, scored its last 1-3 tokens alone, or decoded a
+  cluster of 2 samples, otherwise than among more): a prefill block has at least that many query
   rows (padded when the chunk is shorter) and the cascade's clusters that many samples'
   rows (padded). The products that always take the same rows (plain decode, the
   cascade's own columns: a sequence's query heads) need no padding.
@@ -95,7 +96,7 @@ def _value_block(dtype: torch.dtype, dim: int, threads: int, rows: int | None) -
 
 
 def product_rows(dtype: torch.dtype, dim: int) -> int:
-    """The fewest rows (1, 2, 4, 8 or 16) from which this CPU's batched matmul gives each
+    """The fewest rows (a power of two, at most 32) from which this CPU's batched matmul gives each
     row the same result whatever the number of rows: measured on the shapes of attention's
     products (queries of head size `dim` against keys, probabilities against values), for
     this dtype and torch's thread count, once each."""
