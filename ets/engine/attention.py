@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from ets.engine import cascade
 from ets.engine.cascade import CascadeMeta, take
-from ets.engine.invariant import attend_values, product_rows
+from ets.engine.invariant import attend_values, least_per_product
 from ets.engine.pool import operands
 from ets.engine.workspace import DecodeKV, Workspace
 from ets.models.load import ModelLoadError
@@ -286,7 +286,7 @@ def _matmul_attention(group: AttentionGroup, qp: torch.Tensor, k: torch.Tensor, 
     rep = heads // kv_heads
     scaling = dim ** -0.5 if scaling is None else scaling
     bias = group.bias(window, width)[0]                                                 # [B, Qmax, L]
-    least = -(-product_rows(k.dtype, dim) // rep) if k.device.type == "cpu" else 1     # queries a block takes
+    least = least_per_product(k.dtype, dim, rep) if k.device.type == "cpu" else 1     # queries a block takes
     real = q_max
     if q_max < least:  # padding queries see what the last one sees: no row is all masked
         qp = torch.cat([qp, qp.new_zeros(n_seq, least - q_max, heads, dim)], dim=1)

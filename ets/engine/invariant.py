@@ -103,6 +103,12 @@ def product_rows(dtype: torch.dtype, dim: int) -> int:
     return _product_rows(dtype, dim, torch.get_num_threads())
 
 
+def least_per_product(dtype: torch.dtype, dim: int, rep: int) -> int:
+    """How many queries (prefill) or samples (a cascade cluster) a product takes at least,
+    each being `rep` rows (the query heads of a K/V head): product_rows, in those units."""
+    return round_up(product_rows(dtype, dim), rep) // rep
+
+
 @functools.cache
 def _product_rows(dtype: torch.dtype, dim: int, threads: int) -> int:
     gen = torch.Generator().manual_seed(0)

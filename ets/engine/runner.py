@@ -18,7 +18,7 @@ import torch
 from ets.engine import attention, cascade
 from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
-from ets.engine.invariant import KEY_BLOCK, MIN_ROWS, product_rows, round_up
+from ets.engine.invariant import KEY_BLOCK, MIN_ROWS, least_per_product, round_up
 from ets.engine.table import SlotTable
 from ets.engine.workspace import HEADROOM, DecodeKV, Workspace
 
@@ -62,9 +62,10 @@ class ModelRunner:
         # samples a cluster's prefix products take at least (padded): their rows are `rep`
         # query heads each, and BLAS computes a row otherwise below product_rows (invariant.py),
         # in the stored dtype or the model's (pool.operands may widen small regions)
-        rep = model.config.num_attention_heads // self.kv_heads
-        least = max(product_rows(dtype, self.head_dim), product_rows(next(model.parameters()).dtype, self.head_dim))
-        self.min_members = -(-least // rep) if batch_invariant and self.device.type == "cpu" else 1
+        self.min_members = 1
+        if batch_invariant and self.device.type == "cpu":
+            rep = model.config.num_attention_heads // self.kv_heads
+            self.min_members = max(least_per_product(d, self.head_dim, rep) for d in (dtype, next(model.parameters()).dtype))
         self.workspace = Workspace(dtype, self.device)
         # kept decode buffers, of the plain group (False) and of the cascade one (True): each
         # at most as much memory again as the pool itself (and KEY_BLOCK columns a row: _slack)
