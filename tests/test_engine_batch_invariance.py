@@ -12,7 +12,7 @@ import torch
 
 from ets.engine import Engine
 from ets.engine.invariant import KEY_BLOCK, VALUE_BLOCK, attend_values, value_block
-from ets.engine.runner import ModelRunner
+from ets.engine.runner import ModelRunner, prefill_groups
 from ets.models.tiny import ARCHS, build_tiny_model
 from tests.helpers import random_tokens
 
@@ -103,6 +103,28 @@ def test_decode_logits_do_not_depend_on_the_batch(model_tok, monkeypatch, n, len
                          len(target), n)
         assert got.keys() == alone.keys()
         assert all(torch.equal(got[k], alone[k]) for k in alone), f"among paths with {siblings} samples each"
+
+
+def test_prefill_groups_cut_the_padding_and_change_no_number(model_tok):
+    """A forward's prefill chunks are attended in groups of like lengths (runner.py
+    `prefill_groups`): short steps over short histories no longer pad to the longest. A
+    sequence scored beside others of very different lengths, so in a group of its own
+    kind, has the numbers it has alone."""
+    lens = [10, 12, 11, 9, 200, 180, 190, 210]
+    parts = prefill_groups(lens, [20, 25, 30, 22, 600, 580, 610, 590])
+    assert sorted(map(sorted, parts)) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert prefill_groups([10, 12], [20, 600]) == [[0, 1]]  # too little to save: one group
+    target = random_tokens(40, seed=7)
+    positions = [3, 20, 39]
+    (alone,) = _engine(model_tok).score([target], [positions])
+    others = _others(4, 60, longest=12) + _others(4, 70, longest=900)
+    assert len(prefill_groups([40] + [len(o) for o in others], [40] + [len(o) for o in others])) > 1
+    engine = _engine(model_tok)
+    built, group = [], engine.runner._group
+    engine.runner._group = lambda chunks, decode, shared=False: built.append(decode) or group(chunks, decode, shared)
+    out = engine.score([target, *others], [positions, *[[len(o) - 1] for o in others]])[0]
+    assert built.count(False) > 1  # the forward attended its prefill chunks in several groups
+    assert torch.equal(out, alone)
 
 
 def test_the_padding_can_be_switched_off(model_tok):

@@ -47,6 +47,54 @@ class Outputs(Sequence[torch.Tensor]):
         return self.rows.index_select(0, torch.tensor(index, dtype=torch.long, device=self.rows.device))
 
 
+# A prefill group's attention pads every sequence to its longest chunk (queries) and its
+# longest context (keys, to KEY_BLOCK). A PRM round mixes steps of 10-40 tokens over
+# histories of 100-400: in the demo's ETS run (W=8, 10 problems) one group per forward
+# computed 1.57x the scores its queries need, these groups 1.30x. A group costs its fixed
+# ops per layer: a cut is made when it saves more scores (per query head and layer) than
+# SPLIT_MIN_SCORES and more than SPLIT_MIN_SHARE of the group's.
+SPLIT_MIN_SCORES = 1 << 15
+SPLIT_MIN_SHARE = 0.1
+MAX_PREFILL_GROUPS = 4
+
+
+def prefill_groups(lens: list[int], ends: list[int], key_block: int = KEY_BLOCK) -> list[list[int]]:
+    """The prefill chunks (new tokens `lens[i]`, context `ends[i]` after them) in groups
+    attended apart, as lists of indices: sorted by padded context, then cut where the
+    scores the groups compute (chunks x longest chunk x widest context) fall most, up to
+    MAX_PREFILL_GROUPS. Which group a chunk lands in changes none of its numbers
+    (ets/engine/invariant.py: query blocks and key padding are a sequence's own)."""
+    order = sorted(range(len(lens)), key=lambda i: (round_up(ends[i], key_block), lens[i]))
+
+    def best_cut(part: list[int]) -> tuple[int, int]:
+        """(scores saved, cut) of the best split of `part` in two; (0, 0): none worth it.
+        Sorted by padded context, a left part's widest context is its last."""
+        n = len(part)
+        width = [round_up(ends[i], key_block) for i in part]
+        left_q, right_q = [0] * n, [0] * n  # longest chunk up to k, and from k
+        for k in range(n):
+            left_q[k] = max(lens[part[k]], left_q[k - 1] if k else 2)
+        for k in range(n - 1, -1, -1):
+            right_q[k] = max(lens[part[k]], right_q[k + 1] if k + 1 < n else 2)
+        whole = n * left_q[-1] * width[-1]
+        best = (0, 0)
+        for cut in range(1, n):
+            saving = whole - cut * left_q[cut - 1] * width[cut - 1] - (n - cut) * right_q[cut] * width[-1]
+            if saving > max(SPLIT_MIN_SCORES, SPLIT_MIN_SHARE * whole) and saving > best[0]:
+                best = (saving, cut)
+        return best
+
+    parts = [order]
+    while len(parts) < MAX_PREFILL_GROUPS:
+        cuts = [best_cut(part) for part in parts]
+        p = max(range(len(parts)), key=lambda k: cuts[k][0])
+        if cuts[p][0] == 0:
+            break
+        cut = cuts[p][1]
+        parts[p:p + 1] = [parts[p][:cut], parts[p][cut:]]
+    return parts
+
+
 class ModelRunner:
     def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True):
         attention.register()
@@ -91,12 +139,18 @@ class ModelRunner:
     def forward(self, chunks: list[Chunk], hidden: bool = False) -> "Outputs":
         """Per chunk, the logits (or final hidden states) at its `keep` offsets: [len(keep), V]."""
         # Decode chunks first: those alone on their path (plain attention), then those with
-        # siblings (cascade attention, by cluster); then prefill chunks. Each group is
-        # contiguous. (Which group a sequence joins depends on its own request only: see
-        # invariant.py.)
+        # siblings (cascade attention, by cluster); then prefill chunks, in groups of like
+        # lengths (prefill_groups). Each group is contiguous. (Which group a sequence joins
+        # depends on its own request only, or changes none of its numbers: invariant.py.)
         sizes = Counter(c.cluster for c in chunks if c.decode)
         kind = [(0 if sizes[c.cluster] == 1 else 1) if c.decode else 2 for c in chunks]
         order = sorted(range(len(chunks)), key=lambda i: (kind[i], chunks[i].cluster))
+        n_plain, n_cascade = kind.count(0), kind.count(1)
+        n_decode = n_plain + n_cascade
+        prefill = order[n_decode:]
+        parts = prefill_groups([len(chunks[i].token_ids) for i in prefill],
+                               [chunks[i].start + len(chunks[i].token_ids) for i in prefill]) if prefill else []
+        order[n_decode:] = [prefill[j] for part in parts for j in part]  # packed group by group
         ordered = [chunks[i] for i in order]
         ids: list[int] = []
         pos: list[int] = []
@@ -106,16 +160,16 @@ class ModelRunner:
             ids.extend(c.token_ids)
             pos.extend(range(c.start, c.start + len(c.token_ids)))
             keep.extend(base + k for k in c.keep)
-        n_plain, n_cascade = kind.count(0), kind.count(1)
-        n_decode = n_plain + n_cascade
         groups = []
         for shared, lo, hi in ((False, 0, n_plain), (True, n_plain, n_decode)):
             if hi > lo:
                 groups.append(self._group(ordered[lo:hi], decode=True, shared=shared))
             else:  # a forward without this kind of decode token: its kept buffers go stale
                 self.decode_kv[shared].uids = None
-        if n_decode < len(ordered):
-            groups.append(self._group(ordered[n_decode:], decode=False))
+        at = n_decode
+        for part in parts:
+            groups.append(self._group(ordered[at:at + len(part)], decode=False))
+            at += len(part)
 
         # At least MIN_ROWS rows through the model's matmuls (copies of the last token, and
         # of the last kept row; their outputs are dropped, their K/V go to a scratch slot):
