@@ -27,7 +27,6 @@ from typing import Any, Sequence
 
 from ets.config import RunConfig, load_config
 from ets.demo import BAD_TOKEN, GOOD_TOKEN, STEP_TAG
-from rewards.step_tag import StepTagOptions, StepTagPRM
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "demo" / "demo.yaml"
 
@@ -103,5 +102,9 @@ def prm_scores(model, tok, questions: Sequence[str], trajectories: Sequence[Sequ
     """scores[q][t][s] = P(step s of trajectory t of question q is good), computed by the
     same `step_tag` built-in the search uses (plain forward), so the quality bars measure
     exactly what a search sees."""
+    # imported here: the rest of this module runs in `ets demo`'s driver, which needs no torch
+    # (its runs go to worker processes), and importing it there held up their start by ~2.5 s
+    from rewards.step_tag import StepTagOptions, StepTagPRM
+
     options = StepTagOptions(tag=STEP_TAG, good_token=GOOD_TOKEN, bad_token=BAD_TOKEN, backend="forward")
     return StepTagPRM.from_model(model, tok, options).score(questions, trajectories)
