@@ -84,14 +84,14 @@ def prefill_groups(lens: list[int], ends: list[int], key_block: int = KEY_BLOCK)
                 best = (saving, cut)
         return best
 
-    parts = [order]
+    parts, cuts = [order], [best_cut(order)]  # cuts[k]: part k's best cut, found once per part
     while len(parts) < MAX_PREFILL_GROUPS:
-        cuts = [best_cut(part) for part in parts]
         p = max(range(len(parts)), key=lambda k: cuts[k][0])
         if cuts[p][0] == 0:
             break
         cut = cuts[p][1]
-        parts[p:p + 1] = [parts[p][:cut], parts[p][cut:]]
+        parts[p:p + 1] = halves = [parts[p][:cut], parts[p][cut:]]
+        cuts[p:p + 1] = [best_cut(half) for half in halves]
     return parts
 
 
