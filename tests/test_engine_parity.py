@@ -131,6 +131,25 @@ def test_kept_decode_buffers_follow_the_group(model_tok, shared):
         assert [c.token_ids for c in group] == [cut] * len(group)
 
 
+def test_cascade_gathers_its_prefixes_once_while_its_samples_grow(model_tok, monkeypatch):
+    """Samples decoding past their buffers' columns (twice in 40 tokens) gather only their
+    own columns anew, wider: the prefixes, unchanged, are gathered by the first forward
+    alone (once per layer), and every token still equals transformers' greedy choice."""
+    from ets.engine import cascade
+
+    model, tok = model_tok
+    prefix_gathers = []
+    real_take_keys = cascade.take_keys
+    monkeypatch.setattr(cascade, "take_keys", lambda *a: prefix_gathers.append(1) or real_take_keys(*a))
+    engine = Engine(model, tok, kv_budget_tokens=2048)
+    prompts = [random_tokens(9, seed=20), random_tokens(15, seed=22)]
+    outs = engine.expand([(p, 2) for p in prompts], max_new_tokens=40, temperature=0, ignore_eos=True)
+    engine.check()
+    for prompt, group in zip(prompts, outs):
+        assert [c.token_ids for c in group] == [_greedy(model, prompt, 40)] * 2
+    assert len(prefix_gathers) == model.config.num_hidden_layers
+
+
 @pytest.mark.parametrize("layout", ["uneven", "even"])
 def test_cascade_equals_plain_attention(layout):
     """The shared-prefix decode path against plain SDPA on the same gathered context: with

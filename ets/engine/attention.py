@@ -56,8 +56,9 @@ class Compaction(NamedTuple):
 @dataclass
 class DecodeMeta:
     """A decode group's gathered contexts (see workspace.DecodeKV): on a rebuild (`fresh`)
-    every layer gathers `slots` [B, cap] (or the cascade's regions); otherwise it writes
-    each sequence's new token at column `cols[b]` of its row."""
+    every layer gathers `slots` [B, cap] (or the cascade's regions); on a growth (`grow`,
+    cascade only) the own regions, `cap` columns wide now, and the prefixes stay; otherwise
+    it writes each sequence's new token at column `cols[b]` of its row."""
 
     kv: DecodeKV
     fresh: bool
@@ -67,6 +68,7 @@ class DecodeMeta:
     cols: torch.Tensor    # [B] column of each new token (plain: its position; cascade: - shared)
     rows: torch.Tensor    # [B] arange
     compact: Compaction | None = None  # reused after some sequences left: compact first
+    grow: bool = False    # the own columns ran out: gather them anew, wider; keep the prefixes
     _index: dict = field(default_factory=dict)
 
     def write_new(self, buf: torch.Tensor, cols: torch.Tensor, new: torch.Tensor) -> None:

@@ -192,6 +192,7 @@ def _regions(meta: CascadeMeta, k_pool, v_pool, decode, layer: int, new_kv):
     if decode.must_gather():
         take_keys(k_pool, meta.pre_slots, k_pre, decode.kv.scratch(v_pre.shape))
         take(v_pool, meta.pre_slots, out=v_pre)
+    if decode.must_gather() or decode.grow:  # a growth: the prefixes (same clusters, same columns) stay
         take(k_pool, meta.own_slots, out=k_own)
         take(v_pool, meta.own_slots, out=v_own)
     else:  # the prefixes are unchanged; each sequence's new token goes into its own column

@@ -222,17 +222,21 @@ class ModelRunner:
         """A decode group (`shared`: clusters of siblings, cascade attention; else one
         sequence per path, plain) and its kept gather buffers (workspace.DecodeKV): rebuilt
         when the group is not the last forward's sequences one step further, else only
-        extended."""
+        extended; past the buffers' columns, the cascade gathers its own columns anew and
+        keeps its prefixes (`grow`), the plain group rebuilds (its rows are whole contexts)."""
         kv = self.decode_kv[shared]
         # columns the buffers need now: plain, the whole context; cascade, the own part
         need = l_max if not shared else max(c.start + 1 - c.shared for c in chunks)
         clusters = tuple(dict.fromkeys(c.cluster for c in chunks)) if shared else ()
         reuse = kv.plan(tuple(c.uid for c in chunks), [c.start for c in chunks], shared, need, clusters)
+        if reuse is not None and reuse.grow and not shared:
+            reuse = None
         fresh = reuse is None
-        if fresh:
+        grow = reuse is not None and reuse.grow
+        if fresh or grow:
             kv.cap = self._cap(chunks, need, len(clusters))
         cap = kv.cap
-        if shared and reuse is not None and reuse.keep is None and self._last_cascade is not None:
+        if shared and reuse is not None and reuse.keep is None and not grow and self._last_cascade is not None:
             # the same sequences, each one token further: only their own lengths moved
             casc = self._last_cascade.advance()
         else:
@@ -249,7 +253,7 @@ class ModelRunner:
             per_row = casc.pre_slots.numel() / len(chunks) + cap
             kv.pre_cols = casc.pre_slots.shape[1]
         per_column = self.kv_heads * self.head_dim
-        kept = kv.keep(int(per_row * len(chunks)) * per_column, self._slack(len(chunks))) if fresh else kv.kept
+        kept = kv.keep(int(per_row * len(chunks)) * per_column, self._slack(len(chunks))) if fresh or grow else kv.kept
         n = len(chunks)
         compact = None
         if reuse is not None and reuse.keep is not None:
@@ -257,7 +261,7 @@ class ModelRunner:
             compact = attention.Compaction(torch.tensor(reuse.keep, device=dev), reuse.old_rows,
                                            torch.tensor(reuse.keep_clusters or [0], device=dev),
                                            reuse.old_clusters, old_pre_cols)
-        meta = attention.DecodeMeta(kv, fresh, kept, cap, slots, cols, torch.arange(n, device=self.device), compact)
+        meta = attention.DecodeMeta(kv, fresh, kept, cap, slots, cols, torch.arange(n, device=self.device), compact, grow)
         return attention.AttentionGroup(self.table.rows[rows, :l_max], starts[:, None], None, n, casc, meta)
 
     def _slack(self, rows: int) -> int:

@@ -16,8 +16,10 @@ lives in the pool; nothing here is accounted as cache):
                          0                                   start_b at rebuild      cap
 
   When sequences leave (finish), the survivors' rows are compacted (a contiguous copy);
-  any other change (a sequence joined or was preempted; a row ran past its headroom)
-  rebuilds: one gather per layer, as before, into the kept memory.
+  when a row runs past its headroom, a group split in regions (the cascade's shared
+  prefixes | own columns) gathers its own columns anew, wider, and keeps its prefixes
+  (they did not change, and they are most of what it holds); any other change (a
+  sequence joined or was preempted) rebuilds: one gather per layer, into the kept memory.
   The kept copy is valid because a running sequence's context slots never change: its
   prefix is locked and its own slots are its alone until it finishes.
   The cascade's prefix keys are kept transposed, [Hkv, C, D, cols] (TRANSPOSED_KEYS): the
@@ -43,11 +45,14 @@ TRANSPOSED_KEYS = ("pre",)
 
 class Reuse(NamedTuple):
     """The kept buffers serve this forward; `keep`: the old rows (and `keep_clusters`:
-    the old prefix rows) that survive, in order, when some sequences left (else None)."""
+    the old prefix rows) that survive, in order, when some sequences left (else None);
+    `grow`: the same sequences one step further, past the buffers' columns (only the
+    regions that grow, the own columns, need gathering anew, wider)."""
     keep: list[int] | None
     keep_clusters: list[int] | None
     old_rows: int
     old_clusters: int
+    grow: bool = False
 
 
 def _transposed(name: str, kv: str) -> bool:
@@ -105,18 +110,21 @@ class DecodeKV:
         """How this forward may use the kept buffers; None: rebuild (gather afresh).
 
         They are reusable when the group is the last forward's sequences (`uids`, in the
-        same `mode`), each one position further, within the buffers' `cap` columns; and
-        also when some sequences left (finished): the survivors' rows (and the surviving
+        same `mode`), each one position further: within the buffers' `cap` columns, or
+        past them (`grow`: the caller gathers what grows, or rebuilds); and also when some
+        sequences left (finished), within `cap`: the survivors' rows (and the surviving
         `clusters`' prefix rows) are compacted in place of a gather. The caller sets `cap`
-        on a rebuild."""
+        on a rebuild or a growth."""
         old_uids, old_starts, old_clusters = self.uids, self.starts, self.clusters
         self.uids, self.starts, self.mode_prev, self.clusters = uids, starts, self.mode, clusters
         self.mode = mode
-        if not (self.kept and old_uids is not None and mode == self.mode_prev and need <= self.cap):
+        if not (self.kept and old_uids is not None and mode == self.mode_prev):
             return None
         if uids == old_uids:
             if all(s == p + 1 for s, p in zip(starts, old_starts)):
-                return Reuse(None, None, len(uids), len(clusters))
+                return Reuse(None, None, len(uids), len(clusters), grow=need > self.cap)
+            return None
+        if need > self.cap:
             return None
         where = {u: i for i, u in enumerate(old_uids)}
         keep = [where.get(u, -1) for u in uids]
