@@ -85,3 +85,28 @@ def test_a_pool_the_machine_cannot_hold_is_refused_before_the_run(tmp_path, caps
     line = one_line_error(capsys, run_cli(*overrides, f"output={out}"))
     assert f"ets: error: {key}: a KV pool of 65,536 tokens takes" in line and "0.0 GiB available" in line
     assert "lower kv_budget_tokens" in line and not out.exists()
+
+
+def test_a_large_pool_is_zeros_taken_as_written_on_huge_page_boundaries():
+    """A pool's tensors (ets/engine/pool.py lazy_zeros) read as zeros, cost no memory until
+    written (the process's resident set grows by what is touched, not by the pool's size),
+    and, where the kernel takes the advice (Linux), start on a 2 MB boundary in memory
+    advised as huge pages, so a first write faults once per 2 MB instead of once per 4 KB."""
+    import mmap
+
+    import torch
+
+    from ets.engine.pool import HUGE_PAGE, lazy_zeros
+
+    def resident() -> int:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+    before = resident()
+    k = lazy_zeros((4, 1 << 20, 32), torch.float32, "cpu")  # 512 MiB
+    assert resident() - before < 64 << 20
+    k[:, 1000:1016] = 1.0  # 4 kv heads, 16 slots each
+    assert resident() - before < 64 << 20
+    assert float(k[:, 990:1030].sum()) == 4 * 16 * 32 and not k[:, 1016:1 << 16].any()
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        assert k.data_ptr() % HUGE_PAGE == 0
