@@ -321,9 +321,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
 # torch's CPU allocator advises its blocks of 2 MB and more as transparent huge pages when
 # this is set as it first allocates (it reads it once; unset, it does not): a block taken
 # anew, e.g. a gather buffer growing, then faults once per 2 MB instead of once per 4 KB.
-# The demo's `ets run` (rebase, W=8, 10 problems), alternated with the code before: with
-# the KV pools alone in huge pages (ets/engine/pool.py) it searched in 9.2-9.3 s against
-# 9.5-10.2 s; with this too, 8.9 s against 9.3-9.6 s (the PRM's phase 2.9 s against 3.4 s).
+# The demo's `ets run` (rebase, W=8, 10 problems) searched in 8.9 s against 9.3 s with the
+# KV pools alone in huge pages (ets/engine/pool.py), the PRM's phase 2.9 s against 3.3 s.
 # Set for this process and the runs it spawns, unless the environment says otherwise.
 TORCH_HUGE_PAGES = ("THP_MEM_ALLOC_ENABLE", "1")
 
