@@ -318,17 +318,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     return (ConfigError, DataError, EvalError, ResultsFileError, ModelLoadError, RewardError, FileNotFoundError)
 
 
-# torch's CPU allocator advises its blocks of 2 MB and more as transparent huge pages when
-# this is set as it first allocates (it reads it once; unset, it does not): a block taken
-# anew, e.g. a gather buffer growing, then faults once per 2 MB instead of once per 4 KB.
-# The demo's `ets run` (rebase, W=8, 10 problems) searched in 8.9 s against 9.3 s with the
-# KV pools alone in huge pages (ets/engine/pool.py), the PRM's phase 2.9 s against 3.3 s.
-# Set for this process and the runs it spawns, unless the environment says otherwise.
-TORCH_HUGE_PAGES = ("THP_MEM_ALLOC_ENABLE", "1")
-
-
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault(*TORCH_HUGE_PAGES)  # before anything imports torch
     args = build_parser().parse_args(argv)
     args.quiet = getattr(args, "quiet", False)
     configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command not in ("eval", "presets"))
