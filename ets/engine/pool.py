@@ -20,11 +20,9 @@ bfloat16's precision: an option, not the default.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import mmap
 
-import numpy as np
 import torch
 
 KV_DTYPES = ("float32", "bfloat16", "float16")
@@ -58,51 +56,35 @@ def operands(k: torch.Tensor, v: torch.Tensor, dtype: torch.dtype) -> tuple[torc
     return k.to(dtype), v.to(dtype)
 
 
-ALIGN = 64  # bytes: a cache line
-HUGE_PAGE = 2 << 20  # bytes: an x86-64 / arm64 transparent huge page
-
-
 def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
-    """torch.zeros, but on the CPU from fresh anonymous memory: its pages are zeroed by the
-    kernel when first touched, so a pool costs no time to create and takes memory as tokens
-    are written into it. torch.zeros writes every byte at once: for the demo's two
-    262,144-token pools, 2.6 GB and 2-4 s per run, most of it pages never used.
+    """torch.zeros, but on the CPU from fresh anonymous memory (`anonymous_zeros`): its
+    pages are zeroed by the kernel when first touched, so a pool costs no time to create and
+    takes memory as tokens are written into it. torch.zeros writes every byte at once: for
+    the demo's two 262,144-token pools, 2.6 GB and 2-4 s per run, most of it pages never used.
     Masked columns read stale or unwritten slots, so they must hold finite values (zeros),
-    not whatever memory held before (a NaN there would reach the output through 0 * NaN).
-
-    Large blocks are asked for in transparent huge pages (`huge_zeros`): first touches of
-    4 KB pages were ~10% of a demo search (every new token's K and V land on a page of
-    their own per layer and kv head)."""
-    if torch.device(device).type != "cpu":
+    not whatever memory held before (a NaN there would reach the output through 0 * NaN)."""
+    if torch.device(device).type != "cpu" or not hasattr(mmap, "MAP_PRIVATE"):  # (Windows: at once)
         return torch.zeros(shape, dtype=dtype, device=device)
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes >= 4 * HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
-        return huge_zeros(nbytes).view(dtype).view(shape)
-    # bytes, then viewed as `dtype`: numpy has no bfloat16, and all-zero bytes are 0.0 in
-    # every float format. Started on a cache line, as torch's own allocator does (calloc's
-    # 16-byte alignment would split a 128-byte K row over three lines instead of two).
-    raw = torch.from_numpy(np.zeros(nbytes + ALIGN, dtype=np.uint8))
-    start = -raw.data_ptr() % ALIGN
-    return raw[start:start + nbytes].view(dtype).view(shape)
+    # bytes, then viewed as `dtype`: all-zero bytes are 0.0 in every float format
+    return anonymous_zeros(math.prod(shape) * dtype.itemsize).view(dtype).view(shape)
 
 
-def huge_zeros(nbytes: int) -> torch.Tensor:
-    """`nbytes` zero bytes (uint8) of anonymous memory advised to the kernel as huge pages
-    (madvise MADV_HUGEPAGE; Linux, where transparent huge pages are `always` or `madvise`,
-    the usual default): a first touch then costs one fault per 2 MB instead of per 4 KB,
-    and reading scattered slots misses the TLB far less. Where the kernel gives none, the
-    advice is ignored and these are plain lazily zeroed pages. Started on a huge page's
-    boundary, so that every full 2 MB of the block can be one. On the demo's `ets run`
-    (rebase, W=8, 10 problems, an AVX-512 Xeon VM) the K/V writes into both pools took
-    1.14 s of an 11 s run in 4 KB pages (0.12 s into pages touched before), 0.47 s in huge
-    ones. The price: a pool holds at least one 2 MB page per layer, K or V, and kv head
-    once written to (the demo's policy pool, 64 MB)."""
-    region = mmap.mmap(-1, nbytes + HUGE_PAGE)
-    with contextlib.suppress(OSError):  # a kernel without THP: plain pages
-        region.madvise(mmap.MADV_HUGEPAGE)
-    raw = torch.frombuffer(region, dtype=torch.uint8)  # keeps `region` mapped while it lives
-    start = -raw.data_ptr() % HUGE_PAGE
-    return raw[start:start + nbytes]
+def anonymous_zeros(nbytes: int) -> torch.Tensor:
+    """`nbytes` zero bytes (uint8) of private anonymous memory (mmap: whole pages, so it
+    starts on a cache line, as torch's own allocator's blocks do), in the kernel's ordinary
+    4 KB pages.
+
+    Not numpy's zeros (calloc), which the pool was before: numpy advises its large blocks as
+    transparent huge pages, and a pool is touched sparsely, a token's K and V a 128-byte row
+    per layer and kv head, each in its own region, so its first writes took a 2 MB page each,
+    zeroed (and compacted for) on the spot: on an AVX-512 Xeon VM 2.4 ms per huge page
+    against 0.7 us per small one, and the demo's `ets run` (rebase, W=8, 10 problems)
+    searched in 8.2-8.6 s with them against 7.5-7.6 s in small pages, records identical.
+    Private: a shared anonymous mapping would be written by a forked child as by its parent."""
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # small pages also where huge ones are the default
+        region.madvise(mmap.MADV_NOHUGEPAGE)
+    return torch.frombuffer(region, dtype=torch.uint8)  # keeps `region` mapped while it lives
 
 
 class PoolTooLarge(ValueError):
