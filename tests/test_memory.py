@@ -87,6 +87,7 @@ def test_a_pool_the_machine_cannot_hold_is_refused_before_the_run(tmp_path, caps
     assert "lower kv_budget_tokens" in line and not out.exists()
 
 
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="Linux's per-process page counts")
 def test_a_pool_takes_small_pages_as_it_is_written():
     """A pool is written sparsely (a token's K and V, a row per layer and kv head), so it
     takes the kernel's 4 KB pages, not transparent huge ones (ets/engine/pool.py
