@@ -117,7 +117,7 @@ class ModelRunner:
         self.workspace = Workspace(dtype, self.device)
         # kept decode buffers, of the plain group (False) and of the cascade one (True): each
         # at most as much memory again as the pool itself (and KEY_BLOCK columns a row: _slack)
-        self.decode_kv = {shared: DecodeKV(len(pool.k), dtype, self.device, limit_bytes=pool.num_bytes)
+        self.decode_kv = {shared: DecodeKV(len(pool.k), dtype, self.device, limit_bytes=pool.num_bytes, grows=shared)
                           for shared in (False, True)}
         # the decode group's cascade metadata of the last forward, advanced in place while the
         # kept buffers are reused as they are (workspace.DecodeKV.plan: same sequences, one
@@ -229,8 +229,6 @@ class ModelRunner:
         need = l_max if not shared else max(c.start + 1 - c.shared for c in chunks)
         clusters = tuple(dict.fromkeys(c.cluster for c in chunks)) if shared else ()
         reuse = kv.plan(tuple(c.uid for c in chunks), [c.start for c in chunks], shared, need, clusters)
-        if reuse is not None and reuse.grow and not shared:
-            reuse = None
         fresh = reuse is None
         grow = reuse is not None and reuse.grow
         if fresh or grow:

@@ -89,10 +89,15 @@ class DecodeKV:
     must gather again, False when it only writes the new tokens. Above `limit_bytes` the
     buffers are not kept per layer (one set, shared by every layer, gathered fresh each
     time), so this never costs more than that much memory beyond the pool (and one region's
-    keys of one layer again: the staging of their transpose on a rebuild)."""
+    keys of one layer again: the staging of their transpose on a rebuild).
 
-    def __init__(self, num_layers: int, dtype: torch.dtype, device, limit_bytes: int):
+    `grows`: its rows are regions of which only the last one grows (the cascade's
+    prefixes | own columns), so past `cap` that region alone is gathered anew; else (the
+    plain group: a row is one whole context) running past `cap` rebuilds."""
+
+    def __init__(self, num_layers: int, dtype: torch.dtype, device, limit_bytes: int, grows: bool = False):
         self.num_layers = num_layers
+        self.grows = grows
         self.limit_bytes = limit_bytes
         self.element = torch.empty((), dtype=dtype).element_size()
         self.ws = Workspace(dtype, device)
@@ -111,7 +116,8 @@ class DecodeKV:
 
         They are reusable when the group is the last forward's sequences (`uids`, in the
         same `mode`), each one position further: within the buffers' `cap` columns, or
-        past them (`grow`: the caller gathers what grows, or rebuilds); and also when some
+        past them where only the last region grows (`grow`: the caller gathers it anew,
+        wider); and also when some
         sequences left (finished), within `cap`: the survivors' rows (and the surviving
         `clusters`' prefix rows) are compacted in place of a gather. The caller sets `cap`
         on a rebuild or a growth."""
@@ -121,7 +127,7 @@ class DecodeKV:
         if not (self.kept and old_uids is not None and mode == self.mode_prev):
             return None
         if uids == old_uids:
-            if all(s == p + 1 for s, p in zip(starts, old_starts)):
+            if all(s == p + 1 for s, p in zip(starts, old_starts)) and (need <= self.cap or self.grows):
                 return Reuse(None, None, len(uids), len(clusters), grow=need > self.cap)
             return None
         if need > self.cap:
