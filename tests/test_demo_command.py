@@ -19,6 +19,9 @@ def test_demo_runs_every_method_and_writes_table_and_plot(tmp_path, capsys):
         assert f"| {r['method']} | 4 |" in printed
         assert (out / f"{r['method']}_w4.jsonl").read_text().count("\n") == 3
     assert (out / "methods.png").stat().st_size > 10_000
+    # below the table, the paper's comparisons, paired over the 3 problems (ets/app/paired.py)
+    assert "W=4: ETS vs REBASE: KV size " in printed and "W=4: REBASE vs best-of-N: accuracy " in printed
+    assert printed.count("% CI ") == 2 and printed.count(", of 3)") == 2
 
 
 def test_demo_rejects_bad_options_before_work(tmp_path, capsys):
@@ -68,6 +71,9 @@ def test_demo_with_seeds_says_so_and_shows_the_spread(tmp_path, capsys):
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert [(r["method"], r["seeds"]) for r in rows] == [("best_of_n", "2"), ("rebase", "2")]
     assert len(list(csv.DictReader((out / "table_runs.csv").open()))) == 4
+    # each problem's outcome averaged over the seeds, then paired
+    assert any(line.startswith("W=2 (means over 2 seeds): REBASE vs best-of-N: accuracy ") and line.endswith(", of 2)")
+               for line in printed)
     # One seed runs under the old file names.
     assert main([*argv, "--seeds", "0"]) == 0
     assert "width 2, 1 seed (0)" in capsys.readouterr().out and (out / "rebase_w2.jsonl").exists()

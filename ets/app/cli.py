@@ -119,7 +119,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     from ets.app.demo import demo_jobs, demo_title, run_demo
     from ets.app.report import markdown_table
-    from ets.app.sweep import parse_methods, parse_seeds
+    from ets.app.sweep import parse_methods, parse_seeds, relative_to_rebase
 
     methods = _distinct(parse_methods(args.methods), "--methods")
     seeds = _distinct(parse_seeds(args.seeds), "--seeds") if args.seeds is not None else None
@@ -131,6 +131,8 @@ def _demo(args: argparse.Namespace) -> int:
     print()
     print(demo_title(rows, args.width, seeds, jobs))
     print(markdown_table(rows))
+    for line in relative_to_rebase(rows):
+        print(line)
     print(f"\nresults, table.md/.csv and methods.png in {args.out}/ ({time.perf_counter() - start:.0f}s)")
     return 0
 

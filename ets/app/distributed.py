@@ -381,7 +381,7 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
     worker ready or lost, a chunk written; tests kill a worker there)."""
     from ets.app.jsonl import read_records
     from ets.app.output import open_output, read_json, summary_path, write_json_atomic
-    from ets.app.run import _progress, num_threads_note, summarize
+    from ets.app.run import _progress, kept_summary, num_threads_note, summarize
     from ets.data import load_problems
     from search import build as build_strategy
 
@@ -425,7 +425,7 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
     stored = summary_path(config.output)
     kept = None if new_records or extra.get("workers", {}).get("failed") else read_json(stored)
     if kept is not None:
-        return kept
+        return kept_summary(kept, records)
     summary = {**summarize(records, new_records, elapsed, None, None), **extra}
     write_json_atomic(stored, summary)
     return summary

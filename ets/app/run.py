@@ -16,6 +16,7 @@ from ets.config import RunConfig
 from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
 from ets.app.jsonl import read_records
+from ets.app.paired import correct_by_problem
 from ets.app.output import open_output, read_json, summary_path, write_json_atomic
 from ets.policy.base import Policy
 from ets.policy.build import build_policy
@@ -86,10 +87,16 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     if kept is not None:
         # Nothing new was searched: keep the throughput measured when the work was done
         # (an empty or truncated summary is rebuilt below, its throughput unknown).
-        return kept
+        return kept_summary(kept, records)
     summary = {**summarize(records, new_records, elapsed, policy, reward), **(run_stats._asdict() if run_stats else {})}
     write_json_atomic(stored, summary)
     return summary
+
+
+def kept_summary(kept: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """A stored summary as a run returns it: one written before summaries held the outcome
+    of every problem gets them from the records."""
+    return {**kept, "correct_by_problem": correct_by_problem(records)}
 
 
 def num_threads_note(config: RunConfig) -> str:
@@ -161,6 +168,8 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
     out = {
         "problems": n,
         "accuracy": sum(r["correct"] for r in records) / n if n else 0.0,
+        # per problem, for paired comparisons of methods on the same problems (ets/app/paired.py)
+        "correct_by_problem": correct_by_problem(records),
         "kv_size_sum": sum(r["kv_size"] for r in records),
         "kv_size_per_problem": sum(r["kv_size"] for r in records) / n if n else 0.0,
         "kv_size_ref_sum": ref_sum,

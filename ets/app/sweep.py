@@ -309,28 +309,44 @@ def _ray_for(base: RunConfig, workers: int, address: str | None, show_progress: 
 
 
 def relative_to_rebase(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Per width: ETS's KV-size reduction and throughput gain over REBASE, as lines; on
-    rows aggregated over seeds (`aggregate_seeds`), ratios of the means, said in the line."""
+    """Per width, as lines: ETS's KV-size reduction, throughput gain and accuracy against
+    REBASE, and REBASE's accuracy against best-of-N (the paper's two comparisons). On rows
+    aggregated over seeds (`aggregate_seeds`), ratios of the means, said in the line. Where
+    the rows carry each problem's outcome (`correct_by_problem`), the accuracy difference is
+    paired over the problems both searched, with its confidence interval (ets/app/paired.py)."""
     lines = []
     by = {(r["method"], r["width"]): r for r in rows}
     for width in sorted({r["width"] for r in rows}):
-        ets, reb = by.get(("ets", width)), by.get(("rebase", width))
-        if not ets or not reb:
-            continue
-        kv = _ratio(reb["kv_size_per_problem"], ets["kv_size_per_problem"]) + " smaller"
-        if ets.get("kv_size_ref_per_problem") is not None and reb.get("kv_size_ref_per_problem") is not None:
-            # the paper's 1.8x is on the ETS code's metric
-            kv += f" ({_ratio(reb['kv_size_ref_per_problem'], ets['kv_size_ref_per_problem'])} on the ETS code's metric)"
-        tp = _ratio(ets.get("tokens_per_s"), reb.get("tokens_per_s"))
-        pp = _ratio(ets.get("problems_per_s"), reb.get("problems_per_s"))
-        acc = 100 * (ets["accuracy"] - reb["accuracy"])
-        seeds = min(ets.get("seeds", 1), reb.get("seeds", 1))
-        over = f" (means over {seeds} seeds)" if seeds > 1 else ""
-        lines.append(
-            f"W={width}{over}: ETS vs REBASE: KV size {kv}, throughput {pp} problems/s "
-            f"({tp} tokens/s), accuracy {acc:+.1f} points"
-        )
+        ets, reb, bon = (by.get((m, width)) for m in ("ets", "rebase", "best_of_n"))
+        if ets and reb:
+            kv = _ratio(reb["kv_size_per_problem"], ets["kv_size_per_problem"]) + " smaller"
+            if ets.get("kv_size_ref_per_problem") is not None and reb.get("kv_size_ref_per_problem") is not None:
+                # the paper's 1.8x is on the ETS code's metric
+                kv += f" ({_ratio(reb['kv_size_ref_per_problem'], ets['kv_size_ref_per_problem'])} on the ETS code's metric)"
+            tp = _ratio(ets.get("tokens_per_s"), reb.get("tokens_per_s"))
+            pp = _ratio(ets.get("problems_per_s"), reb.get("problems_per_s"))
+            lines.append(f"W={width}{_over(ets, reb)}: ETS vs REBASE: KV size {kv}, throughput {pp} problems/s "
+                         f"({tp} tokens/s), accuracy {_accuracy_difference(ets, reb)}")
+        if reb and bon:
+            lines.append(f"W={width}{_over(reb, bon)}: REBASE vs best-of-N: accuracy {_accuracy_difference(reb, bon)}")
     return lines
+
+
+def _over(a: dict[str, Any], b: dict[str, Any]) -> str:
+    seeds = min(a.get("seeds", 1), b.get("seeds", 1))
+    return f" (means over {seeds} seeds)" if seeds > 1 else ""
+
+
+def _accuracy_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """a's accuracy minus b's: paired, with its interval, when both rows know their
+    problems' outcomes; else the difference of the two accuracies."""
+    from ets.app.paired import paired_difference
+
+    if a.get("correct_by_problem") and b.get("correct_by_problem"):
+        paired = paired_difference(a["correct_by_problem"], b["correct_by_problem"])
+        if paired is not None:
+            return paired.text()
+    return f"{100 * (a['accuracy'] - b['accuracy']):+.1f} points"
 
 
 def _ratio(a: float | None, b: float | None) -> str:

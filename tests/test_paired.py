@@ -1,0 +1,100 @@
+"""Two methods' accuracies compared problem by problem (ets/app/paired.py), and where the
+sweep reports it."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ets.app.paired import correct_by_problem, paired_difference
+
+TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+
+
+def outcomes(rights: str, prefix: str = "p") -> dict[str, bool]:
+    """'10T' -> {p0: True, p1: False, p2: True}."""
+    return {f"{prefix}{i}": c in "1T" for i, c in enumerate(rights)}
+
+
+def test_the_difference_counts_problems_each_method_got_and_the_other_did_not():
+    a, b = outcomes("1100"), outcomes("1001")
+    d = paired_difference(a, b)
+    assert d.points == 0.0 and (d.a_better, d.b_better, d.problems) == (1, 1, 4)
+    assert d.low < 0 < d.high and d.confidence == 0.95
+    assert paired_difference(a, b) == d  # seeded: the same records give the same interval
+
+
+def test_pairing_sees_a_difference_that_two_separate_accuracies_cannot():
+    """200 problems, half of them right for both; A is also right on 12 problems B misses.
+    Apart, each accuracy's 95% interval is about +-7 points, wider than the 6-point gap;
+    paired, only the 12 problems differ, and the interval stays above zero."""
+    both = "1" * 100 + "0" * 100
+    a = outcomes(both[:100] + "1" * 12 + "0" * 88)
+    b = outcomes(both)
+    d = paired_difference(a, b)
+    assert d.points == pytest.approx(6.0) and (d.a_better, d.b_better) == (12, 0)
+    separate = 100 * 1.96 * math.sqrt(0.5 * 0.5 / 200)
+    assert separate > d.points  # two intervals of one accuracy each would overlap
+    assert 2.5 < d.low < d.points < d.high < 10.0
+
+
+def test_only_problems_both_searched_are_compared():
+    a = outcomes("1111")
+    b = {"p0": False, "p1": True, "other": True}
+    d = paired_difference(a, b)
+    assert d.problems == 2 and d.points == 50.0
+    assert paired_difference(a, {"other": True}) is None
+
+
+def test_several_seeds_make_a_share_per_problem():
+    # p0: right in one seed of two for A, always for B; p1: never for A, once of two for B
+    a = [{"p0": True, "p1": False}, {"p0": False, "p1": False}]
+    b = [{"p0": True, "p1": True}, {"p0": True, "p1": False}]
+    d = paired_difference(a, b)
+    assert d.points == pytest.approx(100 * (0.5 - 1 + 0 - 0.5) / 2) and (d.a_better, d.b_better) == (0, 2)
+    # every problem differs alike: nothing to resample, the interval is the point itself
+    assert (d.low, d.high) == (d.points, d.points)
+
+
+def test_the_text_gives_points_interval_and_counts():
+    d = paired_difference(outcomes("110"), outcomes("011"))
+    assert d.text().startswith("+0.0 points (95% CI ")
+    assert d.text().endswith("; better on 1 problems, worse on 1, of 3)")
+
+
+def test_the_sweep_line_is_paired_when_rows_know_their_problems():
+    from ets.app.sweep import relative_to_rebase
+
+    rows = [dict(method=m, width=4, kv_size_per_problem=kv, tokens_per_s=1.0, problems_per_s=1.0, accuracy=acc,
+                 correct_by_problem=outcomes(rights))
+            for m, kv, acc, rights in (("best_of_n", 300, 0.5, "1100"), ("rebase", 100, 0.75, "1110"),
+                                       ("ets", 50, 0.5, "0110"))]
+    ets_line, rebase_line = relative_to_rebase(rows)
+    assert ets_line.startswith("W=4: ETS vs REBASE: KV size 2.00x smaller")
+    assert ets_line.endswith("accuracy -25.0 points (95% CI -75.0 to +0.0; better on 0 problems, worse on 1, of 4)")
+    assert rebase_line.startswith("W=4: REBASE vs best-of-N: accuracy +25.0 points (95% CI ")
+
+
+def test_a_run_summary_keeps_every_problems_outcome_and_a_sweep_prints_the_paired_lines(tmp_path, capsys):
+    from ets.app.cli import main
+    from ets.app.output import summary_path
+
+    out = tmp_path / "sw"
+    argv = ["sweep", "--quiet", "--config", str(TINY), "--methods", "best_of_n,rebase", "--widths", "2",
+            "--out", str(out), "data.limit=3"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    for method in ("best_of_n", "rebase"):
+        output = out / f"{method}_w2.jsonl"
+        records = [json.loads(line) for line in output.read_text().splitlines()]
+        summary = json.loads(summary_path(output).read_text())
+        assert summary["correct_by_problem"] == correct_by_problem(records) and len(records) == 3
+    assert "W=2: REBASE vs best-of-N: accuracy " in printed and "of 3)" in printed
+    # A summary written before it held the outcomes: a rerun (nothing new) reads them from the records.
+    stored = summary_path(out / "rebase_w2.jsonl")
+    old = json.loads(stored.read_text())
+    del old["correct_by_problem"]
+    stored.write_text(json.dumps(old))
+    assert main(argv) == 0
+    assert "of 3)" in capsys.readouterr().out
