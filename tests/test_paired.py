@@ -60,7 +60,7 @@ def test_several_seeds_make_a_share_per_problem():
 def test_the_text_gives_points_interval_and_counts():
     d = paired_difference(outcomes("110"), outcomes("011"))
     assert d.text().startswith("+0.0 points (95% CI ")
-    assert d.text().endswith("; better on 1 problems, worse on 1, of 3)")
+    assert d.text().endswith("; better on 1 problem, worse on 1, of 3)")
 
 
 def test_the_sweep_line_is_paired_when_rows_know_their_problems():
@@ -98,3 +98,40 @@ def test_a_run_summary_keeps_every_problems_outcome_and_a_sweep_prints_the_paire
     stored.write_text(json.dumps(old))
     assert main(argv) == 0
     assert "of 3)" in capsys.readouterr().out
+
+
+def write_run(path, rights: str, kv: int, prefix: str = "p"):
+    """A results file as `ets run` writes it, reduced to what `ets compare` reads."""
+    lines = [json.dumps({"id": f"{prefix}{i}", "question": "q", "ground_truth": "1", "trajectories": [],
+                         "correct": c == "1", "kv_size": kv}) for i, c in enumerate(rights)]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_ets_compare_prints_each_run_against_the_base(tmp_path, capsys):
+    from ets.app.cli import main
+
+    base = write_run(tmp_path / "rebase.jsonl", "1100", 200)
+    ets = write_run(tmp_path / "ets.jsonl", "1000", 100)
+    bon = write_run(tmp_path / "bon.jsonl", "11", 300)   # only the first two problems
+    assert main(["compare", base, ets, bon]) == 0
+    ets_line, bon_line = capsys.readouterr().out.splitlines()
+    assert ets_line == (f"{ets} vs {base}: accuracy 25.0% vs 50.0%, -25.0 points (95% CI -75.0 to +0.0; better on 0 "
+                        "problems, worse on 1, of 4); KV size/problem 100 vs 200 (2.00x smaller)")
+    # on the problems both searched: the base's accuracy there is 100%
+    assert bon_line.startswith(f"{bon} vs {base}: accuracy 100.0% vs 100.0%, +0.0 points (95% CI +0.0 to +0.0;")
+    assert bon_line.endswith("of 2); KV size/problem 300 vs 200 (1.50x larger)")
+
+
+def test_ets_compare_refuses_runs_it_cannot_pair_in_one_line(tmp_path, capsys):
+    from ets.app.cli import main
+
+    base = write_run(tmp_path / "a.jsonl", "10", 10)
+    other = write_run(tmp_path / "b.jsonl", "10", 10, prefix="q")
+    answers = tmp_path / "answers.json"
+    answers.write_text("[]")
+    for argv, words in (([base, other], "share no problem"), ([base, str(answers)], "ets eval"),
+                        ([base, str(tmp_path / "none.jsonl")], "does not exist")):
+        assert main(["compare", *argv]) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1

@@ -93,6 +93,24 @@ def _workers_lines(summary: dict) -> int:
     return 1 if w["failed"] else 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from ets.app.evaluate import EvalError, load_results
+    from ets.app.paired import compare_lines
+
+    for path in (args.base, *args.others):
+        if path.endswith(".json"):
+            raise EvalError(f"{path}: ets compare reads the results of `ets run` (JSONL), whose records say "
+                            "whether each answer was right; grade an ETS answers.json with `ets eval`")
+    runs = [(path, load_results(path)) for path in (args.base, *args.others)]
+    try:
+        lines = compare_lines(runs[0], runs[1:])
+    except ValueError as exc:
+        raise EvalError(str(exc)) from None
+    for line in lines:
+        print(line)
+    return 0
+
+
 def _presets(args: argparse.Namespace) -> int:
     from ets.config import preset_lines
 
@@ -262,6 +280,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: decimals are exact, so 4.666667 is not 14/3)")
     p.set_defaults(func=_eval)
 
+    p = sub.add_parser("compare", parents=[common],
+                       help="runs against a base run on the problems both searched: accuracy difference, paired, "
+                            "with its 95%% bootstrap interval, and KV size")
+    p.add_argument("base", help="results file (JSONL of `ets run`) the others are compared against")
+    p.add_argument("others", nargs="+", metavar="other", help="results files to compare with the base")
+    p.set_defaults(func=_compare)
+
     p = sub.add_parser("presets", parents=[common],
                        help="the model presets a recipe's policy_model_type / reward_model_type select")
     p.set_defaults(func=_presets)
@@ -323,7 +348,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.quiet = getattr(args, "quiet", False)
-    configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command not in ("eval", "presets"))
+    configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command not in ("eval", "compare", "presets"))
     try:
         return args.func(args)
     except user_errors() as exc:

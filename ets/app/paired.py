@@ -34,7 +34,8 @@ class PairedDifference(NamedTuple):
     def text(self) -> str:
         """e.g. `+4.5 points (95% CI -1.0 to +10.0; better on 21 problems, worse on 12, of 200)`."""
         return (f"{self.points:+.1f} points ({self.confidence:.0%} CI {self.low:+.1f} to {self.high:+.1f}; "
-                f"better on {self.a_better} problems, worse on {self.b_better}, of {self.problems})")
+                f"better on {self.a_better} problem{'' if self.a_better == 1 else 's'}, "
+                f"worse on {self.b_better}, of {self.problems})")
 
 
 def correct_by_problem(records: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
@@ -73,3 +74,28 @@ def _shares(runs) -> dict[str, float]:
         for problem, ok in run.items():
             right.setdefault(problem, []).append(bool(ok))
     return {p: sum(oks) / len(oks) for p, oks in right.items()}
+
+
+def compare_lines(base: tuple[str, Sequence[Mapping[str, Any]]],
+                  others: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> list[str]:
+    """`ets compare`: per other run, its accuracy and KV size against the base run's on the
+    problems both searched, as one line each (name, records pairs; records as `ets run`
+    writes them). Raises ValueError naming the runs when two share no problem."""
+    base_name, base_records = base
+    base_by = {str(r["id"]): r for r in base_records}
+    lines = []
+    for name, records in others:
+        by = {str(r["id"]): r for r in records}
+        shared = sorted(base_by.keys() & by.keys())
+        if not shared:
+            raise ValueError(f"{name} and {base_name} share no problem: compare runs over the same dataset")
+        d = paired_difference(correct_by_problem([by[p] for p in shared]),
+                              correct_by_problem([base_by[p] for p in shared]))
+        acc = sum(by[p]["correct"] for p in shared) / len(shared)
+        base_acc = sum(base_by[p]["correct"] for p in shared) / len(shared)
+        kv = sum(by[p]["kv_size"] for p in shared)
+        base_kv = sum(base_by[p]["kv_size"] for p in shared)
+        ratio = f"{base_kv / kv:.2f}x smaller" if kv and base_kv >= kv else f"{kv / base_kv:.2f}x larger" if base_kv else "n/a"
+        lines.append(f"{name} vs {base_name}: accuracy {acc:.1%} vs {base_acc:.1%}, {d.text()}; "
+                     f"KV size/problem {kv / len(shared):,.0f} vs {base_kv / len(shared):,.0f} ({ratio})")
+    return lines
