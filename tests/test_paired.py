@@ -135,3 +135,35 @@ def test_ets_compare_refuses_runs_it_cannot_pair_in_one_line(tmp_path, capsys):
         assert main(["compare", *argv]) == 2
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_one_runs_accuracy_interval_is_over_its_problems():
+    from ets.app.paired import accuracy_interval
+
+    low, high = accuracy_interval(outcomes("10" * 100))    # 200 problems, half right
+    assert 0.42 < low < 0.5 < high < 0.58                   # about +-1.96 * sqrt(0.25 / 200)
+    assert accuracy_interval(outcomes("111")) == (1.0, 1.0)
+    # over seeds, each problem counts once, as its share of right answers (1 and 0.5 here):
+    # resamples of two problems have means 0.5, 0.75 or 1
+    assert accuracy_interval([outcomes("10"), outcomes("11")]) == (0.5, 1.0)
+
+
+def test_plots_of_one_seed_show_the_accuracys_interval_over_problems(tmp_path):
+    from ets.app.report import _spread, plot_methods, plot_title
+    from ets.config import load_config
+
+    rows = [dict(method=m, width=64, seed=0, problems=200, accuracy=rights.count("1") / 200, kv_size_per_problem=kv,
+                 correct_by_problem=outcomes(rights))
+            for m, rights, kv in (("rebase", "10" * 100, 100), ("ets", "1000" * 50, 60))]
+    below, above = _spread(rows, "accuracy", 100.0)
+    assert all(2 < b < 10 for b in below + above)            # points, each side of the accuracy
+    assert below[1] < below[0]                               # 25% right varies less than 50%
+    assert _spread(rows, "kv_size_per_problem") is None      # one seed: no spread to show there
+    title = plot_title(load_config(TINY), rows)
+    assert "1 seed (0); accuracy's error bars: 95% interval over the problems (bootstrap)" in title
+    plot_methods(rows, tmp_path / "m.png", title)
+    assert (tmp_path / "m.png").stat().st_size > 10_000
+    # several seeds: the sd over seeds, as before
+    seeded = [dict(r, seeds=3, seed_list="0,1,2", accuracy_sd=0.05) for r in rows]
+    assert _spread(seeded, "accuracy", 100.0) == [5.0, 5.0]
+    assert "accuracy's error bars" not in plot_title(load_config(TINY), seeded)

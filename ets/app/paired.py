@@ -54,16 +54,28 @@ def paired_difference(a, b, confidence: float = CONFIDENCE, resamples: int = RES
     if not shared:
         return None
     diff = np.array([per_a[p] - per_b[p] for p in shared])
-    points = 100 * float(diff.mean())
-    if np.all(diff == diff[0]):  # nothing to resample: every problem differs alike
-        low = high = points
-    else:
-        from scipy.stats import bootstrap
+    low, high = _interval(diff, confidence, resamples, seed)
+    return PairedDifference(100 * float(diff.mean()), 100 * low, 100 * high, len(shared), int((diff > 0).sum()),
+                            int((diff < 0).sum()), confidence)
 
-        ci = bootstrap((diff,), np.mean, confidence_level=confidence, n_resamples=resamples,
-                       method="percentile", rng=np.random.default_rng(seed)).confidence_interval
-        low, high = 100 * float(ci.low), 100 * float(ci.high)
-    return PairedDifference(points, low, high, len(shared), int((diff > 0).sum()), int((diff < 0).sum()), confidence)
+
+def accuracy_interval(outcomes, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
+                      seed: int = 0) -> tuple[float, float]:
+    """The bootstrap interval of one run's accuracy (a fraction) over its problems, each
+    problem its share of right answers over the seeds (`outcomes` as `paired_difference`
+    takes them): how far another draw of as many problems could move it."""
+    return _interval(np.array(list(_shares(outcomes).values())), confidence, resamples, seed)
+
+
+def _interval(values: np.ndarray, confidence: float, resamples: int, seed: int) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of `values` (one per problem)."""
+    if np.all(values == values[0]):  # nothing to resample: every problem alike
+        return float(values[0]), float(values[0])
+    from scipy.stats import bootstrap
+
+    ci = bootstrap((values,), np.mean, confidence_level=confidence, n_resamples=resamples, method="percentile",
+                   rng=np.random.default_rng(seed)).confidence_interval
+    return float(ci.low), float(ci.high)
 
 
 def _shares(runs) -> dict[str, float]:

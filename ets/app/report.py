@@ -115,21 +115,37 @@ def plot_title(config, rows: Sequence[dict[str, Any]], prefix: str = "ets sweep"
     seed_text = f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''} ({', '.join(seeds)})"
     if len(seeds) > 1:
         seed_text += ", mean and error bars of ± 1 sd over seeds"
+    elif _intervals_known(rows):
+        seed_text += "; accuracy's error bars: 95% interval over the problems (bootstrap)"
     reward = config.reward
     prm = f"{reward.name} ({model_label(reward.model)})" if reward.model else f"{reward.name} (the policy's model)"
     return f"{prefix}: {problems} problems, {seed_text}\npolicy {model_label(config.policy.model)}, PRM {prm}"
 
 
-def _spread(rows: Sequence[dict[str, Any]], key: str, scale: float = 1.0) -> list[float] | None:
-    """Error bars: each row's sd over seeds (scaled), or None when no row has several seeds."""
-    if not any(r.get("seeds", 1) > 1 for r in rows):
-        return None
-    return [(r.get(f"{key}_sd") or 0.0) * scale if r.get("seeds", 1) > 1 else 0.0 for r in rows]
+def _spread(rows: Sequence[dict[str, Any]], key: str, scale: float = 1.0):
+    """Error bars: each row's sd over seeds (scaled); for the accuracy of rows of one seed
+    that know each problem's outcome, its 95% interval over the problems (`[below, above]`,
+    ets/app/paired.py); None when neither."""
+    if any(r.get("seeds", 1) > 1 for r in rows):
+        return [(r.get(f"{key}_sd") or 0.0) * scale if r.get("seeds", 1) > 1 else 0.0 for r in rows]
+    if key == "accuracy" and _intervals_known(rows):
+        from ets.app.paired import accuracy_interval
+
+        bounds = [accuracy_interval(r["correct_by_problem"]) for r in rows]
+        return [[(r["accuracy"] - low) * scale for r, (low, _) in zip(rows, bounds)],
+                [(high - r["accuracy"]) * scale for r, (_, high) in zip(rows, bounds)]]
+    return None
+
+
+def _intervals_known(rows: Sequence[dict[str, Any]]) -> bool:
+    """Rows of one seed each, every one knowing its problems' outcomes."""
+    return bool(rows) and all(r.get("seeds", 1) == 1 and r.get("correct_by_problem") for r in rows)
 
 
 def plot_methods(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> None:
     """Bars per method: accuracy, both KV-size metrics, measured peak KV, throughput; error
-    bars are the sd over seeds where rows are means over several (`aggregate_seeds`)."""
+    bars are the sd over seeds where rows are means over several (`aggregate_seeds`), and
+    for one seed the accuracy's interval over the problems (`_spread`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -165,7 +181,8 @@ def plot_methods(rows: Sequence[dict[str, Any]], path: str | Path, title: str = 
 
 def plot_sweep(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "") -> list[Path]:
     """One PNG each: accuracy, KV size (both metrics) and throughput vs width; accuracy vs
-    KV size. Error bars: the sd over seeds where rows are means over several."""
+    KV size. Error bars: the sd over seeds where rows are means over several; for one seed,
+    the accuracy's interval over the problems (`_spread`)."""
     import matplotlib
 
     matplotlib.use("Agg")
