@@ -111,6 +111,29 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _diagnose(args: argparse.Namespace) -> int:
+    from ets.app.diagnose import diagnose, diagnose_table
+    from ets.app.evaluate import EvalError, load_results
+
+    if args.prefix_steps < 1:
+        raise EvalError(f"--prefix-steps {args.prefix_steps}: give a number of steps >= 1")
+    for path in args.files:
+        if path.endswith(".json"):
+            raise EvalError(f"{path}: ets diagnose reads the results of `ets run` (JSONL), whose trajectories keep "
+                            "their steps and finish reasons; grade an ETS answers.json with `ets eval`")
+    stems = [os.path.splitext(os.path.basename(path))[0] for path in args.files]
+    names = stems if len(set(stems)) == len(stems) else list(args.files)  # columns by file name, else by path
+    if len(set(names)) < len(names):
+        raise EvalError(f"{' '.join(args.files)}: a file is named twice; list each once")
+    runs = [(name, diagnose(load_results(path), args.prefix_steps)) for name, path in zip(names, args.files)]
+    if args.json:
+        print(json.dumps(dict(runs)))
+    else:
+        for line in diagnose_table(runs):
+            print(line)
+    return 0
+
+
 def _presets(args: argparse.Namespace) -> int:
     from ets.config import preset_lines
 
@@ -286,6 +309,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("base", help="results file (JSONL of `ets run`) the others are compared against")
     p.add_argument("others", nargs="+", metavar="other", help="results files to compare with the base")
     p.set_defaults(func=_compare)
+
+    p = sub.add_parser("diagnose", parents=[common],
+                       help="where a run's votes went: problems with a right trajectory, the right and the leading "
+                            "wrong answer's shares, distinct answers and prefixes, trajectories cut at the depth cap")
+    p.add_argument("files", nargs="+", metavar="file", help="results files (JSONL of `ets run`), one column each")
+    p.add_argument("--prefix-steps", type=int, default=3, metavar="K",
+                   help="count the distinct first K steps of a problem's trajectories (default 3)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON, by file name")
+    p.set_defaults(func=_diagnose)
 
     p = sub.add_parser("presets", parents=[common],
                        help="the model presets a recipe's policy_model_type / reward_model_type select")

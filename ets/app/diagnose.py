@@ -1,0 +1,95 @@
+"""Where a run's votes went: why a search that finds right answers still picks wrong ones.
+
+`ets diagnose` reads results files (JSONL of `ets run`) and prints, per file, what its
+trajectories say beyond the accuracy. On the demo task these figures explained the
+ranking of docs/RESULTS.md ("Where the tree searches lose"): a tree search raises the
+right answer's share of its trajectories, and raises the leading wrong answer's share
+more, because it extends whatever the PRM scores well; best-of-N's wrong answers
+scatter and lose the vote one by one.
+
+Shares are of a problem's trajectories, counted, and weighted by their scores as the
+weighted vote weighs them (a share of the answered trajectories' total score); a
+trajectory without an answer (cut at the depth or token cap) holds no answer's share.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from statistics import mean
+from typing import Any, Mapping, Sequence
+
+from ets.answers.aggregate import aggregate, group_answers
+from ets.answers.grading import is_equivalent
+
+PREFIX_STEPS = 3
+
+
+def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_STEPS) -> dict[str, float]:
+    """The figures of one run (records as `ets run` writes them), each over its problems.
+    Answers are grouped by equivalence, as the vote groups them; a group's weight is the
+    sum of its trajectories' scores under the run's own aggregation (the weighted vote's)."""
+    solved = vote_right = right_leads = 0
+    shares: dict[str, list[float]] = {k: [] for k in ("right", "top_wrong", "right_weight", "top_wrong_weight")}
+    answers, prefixes, cut, steps = [], [], [], []
+    for r in records:
+        trajs = r["trajectories"]
+        scores = [aggregate(t["step_scores"], r.get("aggregation", "last")) for t in trajs]
+        right = right_weight = top_wrong = top_wrong_weight = 0.0
+        groups = group_answers([t["answer"] for t in trajs])
+        for group in groups:
+            count, weight = len(group), sum(scores[i] for i in group)
+            if r["ground_truth"] is not None and is_equivalent(trajs[group[0]]["answer"], r["ground_truth"]):
+                right, right_weight = right + count, right_weight + weight
+            else:
+                top_wrong, top_wrong_weight = max(top_wrong, count), max(top_wrong_weight, weight)
+        n, total = len(trajs) or 1, sum(scores[i] for group in groups for i in group) or 1.0
+        solved += right > 0
+        vote_right += right > 0 and bool(r["correct"])
+        right_leads += right > top_wrong
+        for key, value in (("right", right / n), ("top_wrong", top_wrong / n), ("right_weight", right_weight / total),
+                           ("top_wrong_weight", top_wrong_weight / total)):
+            shares[key].append(value)
+        answers.append(len(groups))
+        prefixes.append(len({tuple(t["steps"][:prefix_steps]) for t in trajs}))
+        cut.append(sum(t["finish"] == "max_depth" for t in trajs))
+        steps.extend(len(t["steps"]) for t in trajs)
+    problems = len(records)
+    return {
+        "problems": problems,
+        "accuracy": sum(bool(r["correct"]) for r in records) / problems,
+        "solved": solved,
+        "vote_right_when_solved": vote_right / solved if solved else 0.0,
+        **{f"{key}_share": mean(values) for key, values in shares.items()},
+        "right_leads": right_leads,
+        "distinct_answers": mean(answers),
+        "distinct_prefixes": mean(prefixes),
+        "prefix_steps": prefix_steps,
+        "cut_at_depth": mean(cut),
+        "steps": mean(steps) if steps else 0.0,
+        "trajectories": mean(len(r["trajectories"]) for r in records),
+    }
+
+
+def diagnose_table(runs: Sequence[tuple[str, Mapping[str, float]]]) -> list[str]:
+    """Markdown: one column per (name, `diagnose` figures), one row per figure."""
+    def row(label: str, cell) -> str:
+        return f"| {label} | " + " | ".join(cell(d) for _, d in runs) + " |"
+
+    k = runs[0][1]["prefix_steps"]
+    return [
+        "| | " + " | ".join(name for name, _ in runs) + " |",
+        "|---" * (len(runs) + 1) + "|",
+        row("problems", lambda d: f"{d['problems']}"),
+        row("accuracy (the run's vote)", lambda d: f"{d['accuracy']:.1%}"),
+        row("problems with a right trajectory", lambda d: f"{d['solved']} ({d['solved'] / d['problems']:.1%})"),
+        row("... of those, the vote picks the right answer", lambda d: f"{d['vote_right_when_solved']:.1%}"),
+        row("share of a problem's trajectories that are right (mean)", lambda d: f"{d['right_share']:.1%}"),
+        row("share of its most common wrong answer (mean)", lambda d: f"{d['top_wrong_share']:.1%}"),
+        row("... weighted by score: the right answer's share", lambda d: f"{d['right_weight_share']:.1%}"),
+        row("... weighted by score: the leading wrong answer's", lambda d: f"{d['top_wrong_weight_share']:.1%}"),
+        row("problems where the right answer outnumbers every wrong one", lambda d: f"{d['right_leads']}"),
+        row("distinct answers per problem", lambda d: f"{d['distinct_answers']:.1f}"),
+        row(f"distinct {k}-step prefixes per problem", lambda d: f"{d['distinct_prefixes']:.1f} of {d['trajectories']:.0f}"),
+        row("trajectories cut at the depth cap per problem", lambda d: f"{d['cut_at_depth']:.1f}"),
+        row("steps per trajectory (mean)", lambda d: f"{d['steps']:.1f}"),
+    ]
