@@ -380,7 +380,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.quiet = getattr(args, "quiet", False)
-    configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command not in ("eval", "compare", "presets"))
+    configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command not in ("eval", "compare", "diagnose", "presets"))
     try:
         return args.func(args)
     except user_errors() as exc:

@@ -3,9 +3,9 @@
 `ets diagnose` reads results files (JSONL of `ets run`) and prints, per file, what its
 trajectories say beyond the accuracy. On the demo task these figures explained the
 ranking of docs/RESULTS.md ("Where the tree searches lose"): a tree search raises the
-right answer's share of its trajectories, and raises the leading wrong answer's share
-more, because it extends whatever the PRM scores well; best-of-N's wrong answers
-scatter and lose the vote one by one.
+right answer's share of its trajectories, but it extends whatever the PRM scores well, so
+weighted by those scores its leading wrong answer gains nearly as much; best-of-N's wrong
+answers scatter and lose the vote one by one.
 
 Shares are of a problem's trajectories, counted, and weighted by their scores as the
 weighted vote weighs them (a share of the answered trajectories' total score); a
@@ -14,7 +14,6 @@ trajectory without an answer (cut at the depth or token cap) holds no answer's s
 
 from __future__ import annotations
 
-from collections import Counter
 from statistics import mean
 from typing import Any, Mapping, Sequence
 
