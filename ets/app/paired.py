@@ -107,7 +107,15 @@ def compare_lines(base: tuple[str, Sequence[Mapping[str, Any]]],
         base_acc = sum(base_by[p]["correct"] for p in shared) / len(shared)
         kv = sum(by[p]["kv_size"] for p in shared)
         base_kv = sum(base_by[p]["kv_size"] for p in shared)
-        ratio = f"{base_kv / kv:.2f}x smaller" if kv and base_kv >= kv else f"{kv / base_kv:.2f}x larger" if base_kv else "n/a"
+        ratio = size_change(base_kv, kv)
         lines.append(f"{name} vs {base_name}: accuracy {acc:.1%} vs {base_acc:.1%}, {d.text()}; "
                      f"KV size/problem {kv / len(shared):,.0f} vs {base_kv / len(shared):,.0f} ({ratio})")
     return lines
+
+
+def size_change(base: float | None, other: float | None) -> str:
+    """`other` against `base` as "1.52x smaller" or "1.14x larger" ("n/a" when either is
+    unknown or 0): a ratio below 1 read as "0.88x smaller" says the opposite of what it means."""
+    if not base or not other:
+        return "n/a"
+    return f"{base / other:.2f}x smaller" if base >= other else f"{other / base:.2f}x larger"

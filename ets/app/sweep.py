@@ -314,15 +314,19 @@ def relative_to_rebase(rows: Sequence[dict[str, Any]]) -> list[str]:
     aggregated over seeds (`aggregate_seeds`), ratios of the means, said in the line. Where
     the rows carry each problem's outcome (`correct_by_problem`), the accuracy difference is
     paired over the problems both searched, with its confidence interval (ets/app/paired.py)."""
+    from ets.app.paired import size_change
+
     lines = []
     by = {(r["method"], r["width"]): r for r in rows}
     for width in sorted({r["width"] for r in rows}):
         ets, reb, bon = (by.get((m, width)) for m in ("ets", "rebase", "best_of_n"))
         if ets and reb:
-            kv = _ratio(reb["kv_size_per_problem"], ets["kv_size_per_problem"]) + " smaller"
+            kv = size_change(reb["kv_size_per_problem"], ets["kv_size_per_problem"])
             if ets.get("kv_size_ref_per_problem") is not None and reb.get("kv_size_ref_per_problem") is not None:
                 # the paper's 1.8x is on the ETS code's metric
-                kv += f" ({_ratio(reb['kv_size_ref_per_problem'], ets['kv_size_ref_per_problem'])} on the ETS code's metric)"
+                ref = size_change(reb["kv_size_ref_per_problem"], ets["kv_size_ref_per_problem"])
+                same_way = ref.split(" ")[-1] == kv.split(" ")[-1]  # "smaller" said once
+                kv += f" ({ref.split(' ')[0] if same_way else ref} on the ETS code's metric)"
             tp = _ratio(ets.get("tokens_per_s"), reb.get("tokens_per_s"))
             pp = _ratio(ets.get("problems_per_s"), reb.get("problems_per_s"))
             lines.append(f"W={width}{_over(ets, reb)}: ETS vs REBASE: KV size {kv}, throughput {pp} problems/s "
