@@ -44,7 +44,7 @@ def test_the_figures_of_a_run_follow_its_trajectories():
     assert d["steps"] == pytest.approx((5 * 3 + 1 + 2 * 3) / 8)
 
 
-def test_a_run_that_votes_right_when_it_can(tmp_path):
+def test_a_run_that_votes_right_when_it_can():
     won = record("p0", "5", [trajectory("5"), trajectory("5"), trajectory("6")], correct=True)
     d = diagnose([won])
     assert (d["solved"], d["vote_right_when_solved"], d["right_leads"]) == (1, 1.0, 1)

@@ -93,14 +93,21 @@ def _workers_lines(summary: dict) -> int:
     return 1 if w["failed"] else 0
 
 
+def _jsonl_only(command: str, paths: Sequence[str], why: str) -> None:
+    """Refuse an ETS answers.json: `command` reads `ets run` results only (`why` says what it needs)."""
+    from ets.app.evaluate import EvalError
+
+    for path in paths:
+        if path.endswith(".json"):
+            raise EvalError(f"{path}: ets {command} reads the results of `ets run` (JSONL), {why}; "
+                            "grade an ETS answers.json with `ets eval`")
+
+
 def _compare(args: argparse.Namespace) -> int:
     from ets.app.evaluate import EvalError, load_results
     from ets.app.paired import compare_lines
 
-    for path in (args.base, *args.others):
-        if path.endswith(".json"):
-            raise EvalError(f"{path}: ets compare reads the results of `ets run` (JSONL), whose records say "
-                            "whether each answer was right; grade an ETS answers.json with `ets eval`")
+    _jsonl_only("compare", (args.base, *args.others), "whose records say whether each answer was right")
     runs = [(path, load_results(path)) for path in (args.base, *args.others)]
     try:
         lines = compare_lines(runs[0], runs[1:])
@@ -117,10 +124,7 @@ def _diagnose(args: argparse.Namespace) -> int:
 
     if args.prefix_steps < 1:
         raise EvalError(f"--prefix-steps {args.prefix_steps}: give a number of steps >= 1")
-    for path in args.files:
-        if path.endswith(".json"):
-            raise EvalError(f"{path}: ets diagnose reads the results of `ets run` (JSONL), whose trajectories keep "
-                            "their steps and finish reasons; grade an ETS answers.json with `ets eval`")
+    _jsonl_only("diagnose", args.files, "whose trajectories keep their steps and finish reasons")
     stems = [os.path.splitext(os.path.basename(path))[0] for path in args.files]
     names = stems if len(set(stems)) == len(stems) else list(args.files)  # columns by file name, else by path
     if len(set(names)) < len(names):

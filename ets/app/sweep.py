@@ -324,9 +324,11 @@ def relative_to_rebase(rows: Sequence[dict[str, Any]]) -> list[str]:
             kv = size_change(reb["kv_size_per_problem"], ets["kv_size_per_problem"])
             if ets.get("kv_size_ref_per_problem") is not None and reb.get("kv_size_ref_per_problem") is not None:
                 # the paper's 1.8x is on the ETS code's metric
-                ref = size_change(reb["kv_size_ref_per_problem"], ets["kv_size_ref_per_problem"])
-                same_way = ref.split(" ")[-1] == kv.split(" ")[-1]  # "smaller" said once
-                kv += f" ({ref.split(' ')[0] if same_way else ref} on the ETS code's metric)"
+                reb_ref, ets_ref = reb["kv_size_ref_per_problem"], ets["kv_size_ref_per_problem"]
+                ref = size_change(reb_ref, ets_ref)
+                if (reb_ref >= ets_ref) == (reb["kv_size_per_problem"] >= ets["kv_size_per_problem"]):
+                    ref = ref.split(" ")[0]  # the same way as the line's own ratio: "smaller" said once
+                kv += f" ({ref} on the ETS code's metric)"
             tp = _ratio(ets.get("tokens_per_s"), reb.get("tokens_per_s"))
             pp = _ratio(ets.get("problems_per_s"), reb.get("problems_per_s"))
             lines.append(f"W={width}{_over(ets, reb)}: ETS vs REBASE: KV size {kv}, throughput {pp} problems/s "
