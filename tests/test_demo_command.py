@@ -21,7 +21,7 @@ def test_demo_runs_every_method_and_writes_table_and_plot(tmp_path, capsys):
     assert (out / "methods.png").stat().st_size > 10_000
     # below the table, the paper's comparisons, paired over the 3 problems (ets/app/paired.py)
     assert "W=4: ETS vs REBASE: KV size " in printed and "W=4: REBASE vs best-of-N: accuracy " in printed
-    assert printed.count("% CI ") == 2 and printed.count(", of 3)") == 2
+    assert printed.count("% CI ") == 2 and printed.count(", of 3; sign test p = ") == 2
 
 
 def test_demo_rejects_bad_options_before_work(tmp_path, capsys):
@@ -72,7 +72,7 @@ def test_demo_with_seeds_says_so_and_shows_the_spread(tmp_path, capsys):
     assert [(r["method"], r["seeds"]) for r in rows] == [("best_of_n", "2"), ("rebase", "2")]
     assert len(list(csv.DictReader((out / "table_runs.csv").open()))) == 4
     # each problem's outcome averaged over the seeds, then paired
-    assert any(line.startswith("W=2 (means over 2 seeds): REBASE vs best-of-N: accuracy ") and line.endswith(", of 2)")
+    assert any(line.startswith("W=2 (means over 2 seeds): REBASE vs best-of-N: accuracy ") and ", of 2; sign test p = " in line
                for line in printed)
     # One seed runs under the old file names.
     assert main([*argv, "--seeds", "0"]) == 0

@@ -60,7 +60,25 @@ def test_several_seeds_make_a_share_per_problem():
 def test_the_text_gives_points_interval_and_counts():
     d = paired_difference(outcomes("110"), outcomes("011"))
     assert d.text().startswith("+0.0 points (95% CI ")
-    assert d.text().endswith("; better on 1 problem, worse on 1, of 3)")
+    assert d.text().endswith("; better on 1 problem, worse on 1, of 3; sign test p = 1)")
+
+
+def test_the_sign_test_counts_the_problems_that_differ():
+    from ets.app.paired import p_text
+
+    # seed 0 of the 200-problem runs (docs/RESULTS.md): REBASE right on 12 problems best-of-N
+    # missed and wrong on 26 it got; 162 alike
+    a = outcomes("1" * 12 + "0" * 26 + "1" * 100 + "0" * 62)
+    b = outcomes("0" * 12 + "1" * 26 + "1" * 100 + "0" * 62)
+    d = paired_difference(a, b)
+    assert (d.a_better, d.b_better) == (12, 26) and d.p_value == pytest.approx(0.0336, abs=1e-4)
+    assert d.text().endswith("of 200; sign test p = 0.034)")
+    assert paired_difference(b, a).p_value == d.p_value                  # two-sided
+    # over seeds, a problem is one trial (its seeds are not independent draws): three seeds
+    # that all favour A on 5 problems are as sure as one seed that does
+    three = paired_difference([outcomes("11111")] * 3, [outcomes("00000")] * 3)
+    assert three.p_value == paired_difference(outcomes("11111"), outcomes("00000")).p_value == 0.0625
+    assert [p_text(p) for p in (1.0, 0.19, 0.0342, 0.0012, 6.1e-8)] == ["1", "0.19", "0.034", "0.0012", "6e-8"]
 
 
 def test_the_sweep_line_is_paired_when_rows_know_their_problems():
@@ -72,7 +90,8 @@ def test_the_sweep_line_is_paired_when_rows_know_their_problems():
                                        ("ets", 50, 0.5, "0110"))]
     ets_line, rebase_line = relative_to_rebase(rows)
     assert ets_line.startswith("W=4: ETS vs REBASE: KV size 2.00x smaller")
-    assert ets_line.endswith("accuracy -25.0 points (95% CI -75.0 to +0.0; better on 0 problems, worse on 1, of 4)")
+    assert ets_line.endswith("accuracy -25.0 points (95% CI -75.0 to +0.0; better on 0 problems, worse on 1, of 4; "
+                             "sign test p = 1)")
     assert rebase_line.startswith("W=4: REBASE vs best-of-N: accuracy +25.0 points (95% CI ")
 
 
@@ -90,14 +109,14 @@ def test_a_run_summary_keeps_every_problems_outcome_and_a_sweep_prints_the_paire
         records = [json.loads(line) for line in output.read_text().splitlines()]
         summary = json.loads(summary_path(output).read_text())
         assert summary["correct_by_problem"] == correct_by_problem(records) and len(records) == 3
-    assert "W=2: REBASE vs best-of-N: accuracy " in printed and "of 3)" in printed
+    assert "W=2: REBASE vs best-of-N: accuracy " in printed and "of 3; sign test p = " in printed
     # A summary written before it held the outcomes: a rerun (nothing new) reads them from the records.
     stored = summary_path(out / "rebase_w2.jsonl")
     old = json.loads(stored.read_text())
     del old["correct_by_problem"]
     stored.write_text(json.dumps(old))
     assert main(argv) == 0
-    assert "of 3)" in capsys.readouterr().out
+    assert "of 3; sign test p = " in capsys.readouterr().out
 
 
 def write_run(path, rights: str, kv: int, prefix: str = "p"):
@@ -117,10 +136,38 @@ def test_ets_compare_prints_each_run_against_the_base(tmp_path, capsys):
     assert main(["compare", base, ets, bon]) == 0
     ets_line, bon_line = capsys.readouterr().out.splitlines()
     assert ets_line == (f"{ets} vs {base}: accuracy 25.0% vs 50.0%, -25.0 points (95% CI -75.0 to +0.0; better on 0 "
-                        "problems, worse on 1, of 4); KV size/problem 100 vs 200 (2.00x smaller)")
+                        "problems, worse on 1, of 4; sign test p = 1); KV size/problem 100 vs 200 (2.00x smaller)")
     # on the problems both searched: the base's accuracy there is 100%
     assert bon_line.startswith(f"{bon} vs {base}: accuracy 100.0% vs 100.0%, +0.0 points (95% CI +0.0 to +0.0;")
-    assert bon_line.endswith("of 2); KV size/problem 300 vs 200 (1.50x larger)")
+    assert bon_line.endswith("of 2; sign test p = 1); KV size/problem 300 vs 200 (1.50x larger)")
+
+
+def test_ets_compare_pools_a_sweeps_seed_files_given_the_run_without_its_seed(tmp_path, capsys):
+    from ets.app.cli import main
+
+    # seeds 0, 1 and 10 (numeric order, not text order); a stray file the pattern must not take
+    for seed, rights, kv in ((10, "1100", 100), (0, "1000", 300), (1, "1110", 200)):
+        write_run(tmp_path / f"rebase_w4_s{seed}.jsonl", rights, kv)
+    write_run(tmp_path / "rebase_w4_s1.jsonl.bak", "0000", 999)
+    write_run(tmp_path / "ets_w4_s0.jsonl", "0000", 50)
+    write_run(tmp_path / "ets_w4_s1.jsonl", "1000", 150)
+    base, ets = str(tmp_path / "rebase_w4"), str(tmp_path / "ets_w4")
+    assert main(["compare", base, ets]) == 0
+    line = capsys.readouterr().out.strip()
+    # per problem, REBASE's shares 1, 2/3, 1/3, 0 (mean 50%), ETS's 1/2, 0, 0, 0 (12.5%)
+    assert line.startswith(f"{ets} (seeds 0,1) vs {base} (seeds 0,1,10): accuracy 12.5% vs 50.0%, -37.5 points")
+    assert "better on 0 problems, worse on 3, of 4; sign test p = 0.25)" in line
+    assert line.endswith("KV size/problem 100 vs 200 (2.00x smaller)")
+    # one seed file against another run's pool; a name that is neither a file nor a run: exit 2
+    assert main(["compare", str(tmp_path / "ets_w4_s0.jsonl"), base]) == 0
+    assert capsys.readouterr().out.startswith(f"{base} (seeds 0,1,10) vs {tmp_path / 'ets_w4_s0.jsonl'}: accuracy 50.0% vs 0.0%")
+    # a seed that has searched fewer problems (still running) is named with its count
+    write_run(tmp_path / "ets_w4_s2.jsonl", "1", 50)
+    assert main(["compare", base, ets]) == 0
+    assert capsys.readouterr().out.startswith(f"{ets} (seeds 0,1,2: 4/4/1 problems) vs {base} (seeds 0,1,10): ")
+    assert main(["compare", base, str(tmp_path / "dvts_w4")]) == 2
+    err = capsys.readouterr().err
+    assert "neither a results file nor a sweep's run" in err and len(err.strip().splitlines()) == 1
 
 
 def test_ets_compare_refuses_runs_it_cannot_pair_in_one_line(tmp_path, capsys):

@@ -108,7 +108,18 @@ def _compare(args: argparse.Namespace) -> int:
     from ets.app.paired import compare_lines
 
     _jsonl_only("compare", (args.base, *args.others), "whose records say whether each answer was right")
-    runs = [(path, load_results(path)) for path in (args.base, *args.others)]
+    runs = []
+    for given in (args.base, *args.others):
+        seeds = _seed_files(given)
+        if not seeds and not os.path.exists(given) and not given.endswith(".jsonl"):
+            raise EvalError(f"{given!r} is neither a results file nor a sweep's run with seed files "
+                            f"{given}_s<seed>.jsonl; pass the output of `ets run` or `ets sweep --seeds`")
+        records = [load_results(path) for path in (seeds.values() if seeds else [given])]
+        name = given
+        if seeds:
+            counts = [len(r) for r in records]  # a seed still running covers fewer problems: say so
+            name += f" (seeds {','.join(seeds)}" + (f": {'/'.join(map(str, counts))} problems)" if len(set(counts)) > 1 else ")")
+        runs.append((name, records))
     try:
         lines = compare_lines(runs[0], runs[1:])
     except ValueError as exc:
@@ -116,6 +127,23 @@ def _compare(args: argparse.Namespace) -> int:
     for line in lines:
         print(line)
     return 0
+
+
+def _seed_files(given: str) -> dict[str, str]:
+    """A sweep's run named without its seed (`runs/s/rebase_w64`) -> its seed files there
+    (`runs/s/rebase_w64_s<seed>.jsonl`), by seed in numeric order; {} for anything else (a
+    file, or a path that is neither: loading it then says it does not exist)."""
+    import glob
+    import re
+
+    if os.path.exists(given) or given.endswith(".jsonl"):
+        return {}
+    found = {}
+    for path in glob.glob(glob.escape(given) + "_s*.jsonl"):
+        seed = re.fullmatch(r"_s(\d+)\.jsonl", path[len(given):])
+        if seed:
+            found[seed.group(1)] = path
+    return {s: found[s] for s in sorted(found, key=int)}
 
 
 def _diagnose(args: argparse.Namespace) -> int:
@@ -310,8 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", parents=[common],
                        help="runs against a base run on the problems both searched: accuracy difference, paired, "
                             "with its 95%% bootstrap interval, and KV size")
-    p.add_argument("base", help="results file (JSONL of `ets run`) the others are compared against")
-    p.add_argument("others", nargs="+", metavar="other", help="results files to compare with the base")
+    runs_help = ("; a sweep's run named without its seed (runs/s/rebase_w64) stands for its seed files "
+                 "(runs/s/rebase_w64_s<seed>.jsonl), each problem counted as its share right over them")
+    p.add_argument("base", help="results file (JSONL of `ets run`) the others are compared against" + runs_help)
+    p.add_argument("others", nargs="+", metavar="other", help="results files to compare with the base, or sweep runs")
     p.set_defaults(func=_compare)
 
     p = sub.add_parser("diagnose", parents=[common],

@@ -10,6 +10,8 @@ the same records give the same interval) gives its confidence interval.
 
 With several seeds a problem's outcome is its share of right answers over the seeds that
 searched it, so the interval is over problems (the unit drawn from the test set), not runs.
+For the same reason the sign test beside it counts problems, not (problem, seed) pairs: the
+seeds of one problem are not independent draws (an easy problem is easy in every seed).
 """
 
 from __future__ import annotations
@@ -30,12 +32,23 @@ class PairedDifference(NamedTuple):
     a_better: int      # problems where A was right more often than B
     b_better: int
     confidence: float
+    # Exact two-sided sign test over the problems where the two differ: how often a
+    # difference of at least this many problems arises when neither method is better.
+    p_value: float
 
     def text(self) -> str:
-        """e.g. `+4.5 points (95% CI -1.0 to +10.0; better on 21 problems, worse on 12, of 200)`."""
+        """e.g. `+4.5 points (95% CI -1.0 to +10.0; better on 21 problems, worse on 12, of 200; sign test p = 0.16)`."""
         return (f"{self.points:+.1f} points ({self.confidence:.0%} CI {self.low:+.1f} to {self.high:+.1f}; "
                 f"better on {self.a_better} problem{'' if self.a_better == 1 else 's'}, "
-                f"worse on {self.b_better}, of {self.problems})")
+                f"worse on {self.b_better}, of {self.problems}; sign test p = {p_text(self.p_value)})")
+
+
+def p_text(p: float) -> str:
+    """A p-value in two significant digits, small ones as powers of ten: 0.034, 0.19, 1, 6e-8."""
+    if p >= 1e-3:
+        return f"{p:.2g}"
+    mantissa, exponent = f"{p:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def correct_by_problem(records: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
@@ -55,8 +68,9 @@ def paired_difference(a, b, confidence: float = CONFIDENCE, resamples: int = RES
         return None
     diff = np.array([per_a[p] - per_b[p] for p in shared])
     low, high = _interval(diff, confidence, resamples, seed)
-    return PairedDifference(100 * float(diff.mean()), 100 * low, 100 * high, len(shared), int((diff > 0).sum()),
-                            int((diff < 0).sum()), confidence)
+    a_better, b_better = int((diff > 0).sum()), int((diff < 0).sum())
+    return PairedDifference(100 * float(diff.mean()), 100 * low, 100 * high, len(shared), a_better, b_better,
+                            confidence, _sign_test(a_better, b_better))
 
 
 def accuracy_interval(outcomes, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
@@ -78,6 +92,15 @@ def _interval(values: np.ndarray, confidence: float, resamples: int, seed: int) 
     return float(ci.low), float(ci.high)
 
 
+def _sign_test(a_better: int, b_better: int) -> float:
+    """Two-sided exact binomial test of a_better against b_better at even odds (1 if no problem differs)."""
+    if a_better + b_better == 0:
+        return 1.0
+    from scipy.stats import binomtest
+
+    return float(binomtest(a_better, a_better + b_better).pvalue)
+
+
 def _shares(runs) -> dict[str, float]:
     """problem id -> share of the runs (seeds) that searched it and got it right."""
     runs = [runs] if isinstance(runs, Mapping) else list(runs)
@@ -88,29 +111,42 @@ def _shares(runs) -> dict[str, float]:
     return {p: sum(oks) / len(oks) for p, oks in right.items()}
 
 
-def compare_lines(base: tuple[str, Sequence[Mapping[str, Any]]],
-                  others: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> list[str]:
+def compare_lines(base: tuple[str, Sequence[Sequence[Mapping[str, Any]]]],
+                  others: Sequence[tuple[str, Sequence[Sequence[Mapping[str, Any]]]]]) -> list[str]:
     """`ets compare`: per other run, its accuracy and KV size against the base run's on the
-    problems both searched, as one line each (name, records pairs; records as `ets run`
-    writes them). Raises ValueError naming the runs when two share no problem."""
-    base_name, base_records = base
-    base_by = {str(r["id"]): r for r in base_records}
+    problems both searched, as one line each. A run is (name, its records per seed: one list
+    of records as `ets run` writes them for each seed it ran with); over several seeds a
+    problem counts as its share right and its mean KV size. Raises ValueError naming the
+    runs when two share no problem."""
+    base_name, base_runs = base
+    base_right, base_kv = [correct_by_problem(r) for r in base_runs], _mean_by_problem(base_runs, "kv_size")
     lines = []
-    for name, records in others:
-        by = {str(r["id"]): r for r in records}
-        shared = sorted(base_by.keys() & by.keys())
+    for name, runs in others:
+        right, kv = [correct_by_problem(r) for r in runs], _mean_by_problem(runs, "kv_size")
+        shared = sorted(_shares(base_right).keys() & _shares(right).keys())
         if not shared:
             raise ValueError(f"{name} and {base_name} share no problem: compare runs over the same dataset")
-        d = paired_difference(correct_by_problem([by[p] for p in shared]),
-                              correct_by_problem([base_by[p] for p in shared]))
-        acc = sum(by[p]["correct"] for p in shared) / len(shared)
-        base_acc = sum(base_by[p]["correct"] for p in shared) / len(shared)
-        kv = sum(by[p]["kv_size"] for p in shared)
-        base_kv = sum(base_by[p]["kv_size"] for p in shared)
-        ratio = size_change(base_kv, kv)
+        d = paired_difference(_only(right, shared), _only(base_right, shared))
+        acc, base_acc = (sum(_shares(r)[p] for p in shared) / len(shared) for r in (right, base_right))
+        kv_sum, base_kv_sum = (sum(k[p] for p in shared) for k in (kv, base_kv))
         lines.append(f"{name} vs {base_name}: accuracy {acc:.1%} vs {base_acc:.1%}, {d.text()}; "
-                     f"KV size/problem {kv / len(shared):,.0f} vs {base_kv / len(shared):,.0f} ({ratio})")
+                     f"KV size/problem {kv_sum / len(shared):,.0f} vs {base_kv_sum / len(shared):,.0f} "
+                     f"({size_change(base_kv_sum, kv_sum)})")
     return lines
+
+
+def _only(runs: list[dict[str, bool]], problems: Sequence[str]) -> list[dict[str, bool]]:
+    keep = set(problems)
+    return [{p: ok for p, ok in run.items() if p in keep} for run in runs]
+
+
+def _mean_by_problem(runs: Sequence[Sequence[Mapping[str, Any]]], key: str) -> dict[str, float]:
+    """problem id -> the mean of `key` over the seeds' records of it."""
+    values: dict[str, list[float]] = {}
+    for records in runs:
+        for r in records:
+            values.setdefault(str(r["id"]), []).append(float(r[key]))
+    return {p: sum(v) / len(v) for p, v in values.items()}
 
 
 def size_change(base: float | None, other: float | None) -> str:
