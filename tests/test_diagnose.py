@@ -70,3 +70,26 @@ def test_ets_diagnose_prints_a_column_per_run_and_refuses_bad_files(tmp_path, ca
         assert main(["diagnose", *argv]) == 2
         err = capsys.readouterr().err
         assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_ets_diagnose_pools_a_sweeps_seed_files_into_one_column(tmp_path, capsys):
+    from ets.app.cli import main
+
+    (tmp_path / "rebase_w64_s0.jsonl").write_text(json.dumps(P0) + "\n" + json.dumps(P1) + "\n")
+    (tmp_path / "rebase_w64_s1.jsonl").write_text(json.dumps(P1) + "\n")
+    single = tmp_path / "ets_w64.jsonl"
+    single.write_text(json.dumps(P1) + "\n")
+    assert main(["diagnose", str(tmp_path / "rebase_w64"), str(single)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "| | rebase_w64 (seeds 0,1: 2/1 problems) | ets_w64 |"
+    # each (problem, seed) search is one of the column's problems: P0 once, P1 twice
+    assert "| problems | 3 (2 seeds: searches) | 1 |" in lines
+    assert "| problems with a right trajectory | 1 (33.3%) | 0 (0.0%) |" in lines
+    # two files of one name stay apart by their paths; a name that is neither file nor run: exit 2
+    (tmp_path / "b").mkdir()
+    other = tmp_path / "b" / "ets_w64.jsonl"
+    other.write_text(json.dumps(P0) + "\n")
+    assert main(["diagnose", str(single), str(other)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"| | {single} | {other} |"
+    assert main(["diagnose", str(tmp_path / "b" / "ets_w16")]) == 2
+    assert "neither a results file nor a sweep's run" in capsys.readouterr().err

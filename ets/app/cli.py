@@ -104,22 +104,10 @@ def _jsonl_only(command: str, paths: Sequence[str], why: str) -> None:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from ets.app.evaluate import EvalError, load_results
+    from ets.app.evaluate import EvalError
     from ets.app.paired import compare_lines
 
-    _jsonl_only("compare", (args.base, *args.others), "whose records say whether each answer was right")
-    runs = []
-    for given in (args.base, *args.others):
-        seeds = _seed_files(given)
-        if not seeds and not os.path.exists(given) and not given.endswith(".jsonl"):
-            raise EvalError(f"{given!r} is neither a results file nor a sweep's run with seed files "
-                            f"{given}_s<seed>.jsonl; pass the output of `ets run` or `ets sweep --seeds`")
-        records = [load_results(path) for path in (seeds.values() if seeds else [given])]
-        name = given
-        if seeds:
-            counts = [len(r) for r in records]  # a seed still running covers fewer problems: say so
-            name += f" (seeds {','.join(seeds)}" + (f": {'/'.join(map(str, counts))} problems)" if len(set(counts)) > 1 else ")")
-        runs.append((name, records))
+    runs = _load_runs("compare", (args.base, *args.others), "whose records say whether each answer was right")
     try:
         lines = compare_lines(runs[0], runs[1:])
     except ValueError as exc:
@@ -129,10 +117,31 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, list[list[dict]]]]:
+    """Each results file, or sweep run named without its seed, given to `command`, as (its
+    name, its records per seed). A run's name says its seeds, and each seed's problem count
+    when they differ (a seed still running has searched fewer)."""
+    from ets.app.evaluate import EvalError, load_results
+
+    _jsonl_only(command, given, why)
+    runs = []
+    for path in given:
+        seeds = _seed_files(path)
+        if not seeds and not os.path.exists(path) and not path.endswith(".jsonl"):
+            raise EvalError(f"{path!r} is neither a results file nor a sweep's run with seed files "
+                            f"{path}_s<seed>.jsonl; pass the output of `ets run` or `ets sweep --seeds`")
+        records = [load_results(file) for file in (seeds.values() if seeds else [path])]
+        name = path
+        if seeds:
+            counts = [len(r) for r in records]
+            name += f" (seeds {','.join(seeds)}" + (f": {'/'.join(map(str, counts))} problems)" if len(set(counts)) > 1 else ")")
+        runs.append((name, records))
+    return runs
+
+
 def _seed_files(given: str) -> dict[str, str]:
     """A sweep's run named without its seed (`runs/s/rebase_w64`) -> its seed files there
-    (`runs/s/rebase_w64_s<seed>.jsonl`), by seed in numeric order; {} for anything else (a
-    file, or a path that is neither: loading it then says it does not exist)."""
+    (`runs/s/rebase_w64_s<seed>.jsonl`) by seed, in numeric order; {} for anything else."""
     import glob
     import re
 
@@ -148,16 +157,22 @@ def _seed_files(given: str) -> dict[str, str]:
 
 def _diagnose(args: argparse.Namespace) -> int:
     from ets.app.diagnose import diagnose, diagnose_table
-    from ets.app.evaluate import EvalError, load_results
+    from ets.app.evaluate import EvalError
 
     if args.prefix_steps < 1:
         raise EvalError(f"--prefix-steps {args.prefix_steps}: give a number of steps >= 1")
-    _jsonl_only("diagnose", args.files, "whose trajectories keep their steps and finish reasons")
-    stems = [os.path.splitext(os.path.basename(path))[0] for path in args.files]
-    names = stems if len(set(stems)) == len(stems) else list(args.files)  # columns by file name, else by path
-    if len(set(names)) < len(names):
+    if len(set(args.files)) < len(args.files):
         raise EvalError(f"{' '.join(args.files)}: a file is named twice; list each once")
-    runs = [(name, diagnose(load_results(path), args.prefix_steps)) for name, path in zip(names, args.files)]
+    loaded = _load_runs("diagnose", args.files, "whose trajectories keep their steps and finish reasons")
+    # columns by file name (with its seeds), else by path where two files share a name
+    short = [os.path.basename(os.path.splitext(f)[0] if f.endswith(".jsonl") else f) + name[len(f):]
+             for f, (name, _) in zip(args.files, loaded)]
+    names = short if len(set(short)) == len(short) else [name for name, _ in loaded]
+    runs = []
+    for name, (_, per_seed) in zip(names, loaded):
+        # over seeds, each (problem, seed) search counts as one of the column's problems
+        figures = diagnose([r for records in per_seed for r in records], args.prefix_steps)
+        runs.append((name, {**figures, "seeds": len(per_seed)}))
     if args.json:
         print(json.dumps(dict(runs)))
     else:
@@ -347,7 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diagnose", parents=[common],
                        help="where a run's votes went: problems with a right trajectory, the right and the leading "
                             "wrong answer's shares, distinct answers and prefixes, trajectories cut at the depth cap")
-    p.add_argument("files", nargs="+", metavar="file", help="results files (JSONL of `ets run`), one column each")
+    p.add_argument("files", nargs="+", metavar="file",
+                   help="results files (JSONL of `ets run`), one column each; a sweep's run named without its seed "
+                        "(runs/s/rebase_w64) is one column over its seed files, each (problem, seed) search counted once")
     p.add_argument("--prefix-steps", type=int, default=3, metavar="K",
                    help="count the distinct first K steps of a problem's trajectories (default 3)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON, by file name")

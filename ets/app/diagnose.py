@@ -78,7 +78,7 @@ def diagnose_table(runs: Sequence[tuple[str, Mapping[str, float]]]) -> list[str]
     return [
         "| | " + " | ".join(name for name, _ in runs) + " |",
         "|---" * (len(runs) + 1) + "|",
-        row("problems", lambda d: f"{d['problems']}"),
+        row("problems", lambda d: f"{d['problems']}" + (f" ({d['seeds']} seeds: searches)" if d.get("seeds", 1) > 1 else "")),
         row("accuracy (the run's vote)", lambda d: f"{d['accuracy']:.1%}"),
         row("problems with a right trajectory", lambda d: f"{d['solved']} ({d['solved'] / d['problems']:.1%})"),
         row("... of those, the vote picks the right answer", lambda d: f"{d['vote_right_when_solved']:.1%}"),
