@@ -8,11 +8,23 @@ freshly generated; a question that is not a demo question raises `RewardError`.
 
 It is the oracle the trained demo PRM approximates: searching with it gives the ceiling
 that a perfect PRM would reach.
+
+With `auc` it is that oracle blurred to a chosen quality, a dial for asking how good a
+PRM must be before a tree search pays: a step's score is Phi(+-d/2 + z), + for a right
+step and - for a wrong one, z a standard normal drawn from a hash of the question and the
+step's whole prefix, and d = sqrt(2) Phi^-1(auc), so that a right step outscores a wrong
+one with probability `auc` (its step-level ROC AUC). Its mistakes are independent from
+step to step and problem to problem, unlike a trained PRM's, and it is a function of the
+prefix like a real PRM: a path scores the same however often, and in whatever batch, it
+is scored.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 from functools import lru_cache
+from statistics import NormalDist
 from typing import Sequence
 
 from ets.demo.checker import check_steps
@@ -30,11 +42,15 @@ class Verifier(ProcessRewardModel):
 
     name = "verifier"
 
-    def __init__(self, correct: float = 1.0, wrong: float = 0.0):
+    def __init__(self, correct: float = 1.0, wrong: float = 0.0, auc: float | None = None, noise_seed: int = 0):
         for key, v in (("correct", correct), ("wrong", wrong)):
             if not 0.0 <= float(v) <= 1.0:
                 raise RewardError(f"reward 'verifier': {key}={v!r} must be in [0, 1]")
+        if auc is not None and not 0.5 < float(auc) < 1.0:
+            raise RewardError(f"reward 'verifier': auc={auc!r} must be above 0.5 and below 1 (leave it out for the exact scores)")
         self.correct, self.wrong = float(correct), float(wrong)
+        self.noise_seed = int(noise_seed)
+        self.half_gap = None if auc is None else math.sqrt(2) * NormalDist().inv_cdf(float(auc)) / 2
 
     def score(
         self,
@@ -47,6 +63,17 @@ class Verifier(ProcessRewardModel):
                 problem = _problem(question)
             except DemoParseError as exc:
                 raise RewardError(f"reward 'verifier' scores demo questions only: {exc}") from exc
-            out.append([[self.correct if ok else self.wrong for ok in check_steps(problem, list(steps))]
-                        for steps in trajs])
+            out.append([self._scores(question, list(steps), check_steps(problem, list(steps))) for steps in trajs])
         return out
+
+    def _scores(self, question: str, steps: list[str], right: list[bool]) -> list[float]:
+        if self.half_gap is None:
+            return [self.correct if ok else self.wrong for ok in right]
+        normal = NormalDist()
+        digest = hashlib.blake2b(f"{self.noise_seed}\x00{question}".encode(), digest_size=8)
+        scores = []
+        for step, ok in zip(steps, right):
+            digest.update(b"\x00" + step.encode())  # the prefix so far: one running hash
+            u = (int.from_bytes(digest.copy().digest(), "big") + 0.5) / 2**64
+            scores.append(normal.cdf((self.half_gap if ok else -self.half_gap) + normal.inv_cdf(u)))
+        return scores

@@ -171,3 +171,42 @@ def test_verifier_scores_shape_and_values():
     assert scores[2] == []
     with pytest.raises(RewardError):
         v(["What is 2 + 2?"], [[["4"]]])
+
+
+def test_verifier_blurred_to_an_auc_scores_right_steps_above_wrong_ones_that_often():
+    """`auc`: the oracle as a PRM of a chosen step-level ROC AUC, a function of the prefix."""
+    from scipy.stats import mannwhitneyu
+
+    from ets.demo.spoil import spoil
+    from rewards.base import RewardError
+    from rewards.verifier import Verifier
+
+    rng = random.Random(1)
+    questions, trajs = [], []
+    for p in problems(150, 21):
+        ref = reference_solution(p, rng)
+        k = rng.randrange(len(ref) - 1)
+        # the reference, and a twin that goes wrong at step k and then carries on as written
+        trajs.append([ref, ref[:k] + [spoil(p, ref[k], rng, ref[:k])] + ref[k + 1:]])
+        questions.append(p.question)
+    labels = [ok for p, pair in zip(problems(150, 21), trajs) for steps in pair for ok in check_steps(p, steps)]
+    assert labels.count(False) > 400   # wrong steps enough to measure on
+    for auc in (0.75, 0.92):
+        scores = Verifier(auc=auc)(questions, trajs)
+        flat = [s for pair in scores for steps in pair for s in steps]
+        right = [s for s, ok in zip(flat, labels) if ok]
+        wrong = [s for s, ok in zip(flat, labels) if not ok]
+        measured = mannwhitneyu(right, wrong).statistic / (len(right) * len(wrong))
+        assert abs(measured - auc) < 0.03, (auc, measured)
+        assert all(0.0 < s < 1.0 for s in flat)
+        # a prefix's score depends on the prefix alone: the twins agree up to where they part
+        for (ref, twin), (a, b) in zip(trajs, scores):
+            k = next(i for i, (x, y) in enumerate(zip(ref, twin)) if x != y)
+            assert a[:k] == b[:k] and a[k] != b[k]
+    # the same steps scored alone, in another batch, score the same; another noise seed, otherwise
+    v = Verifier(auc=0.92)
+    assert v(questions[3:4], trajs[3:4]) == v(questions, trajs)[3:4]
+    assert Verifier(auc=0.92, noise_seed=1)(questions[:1], trajs[:1]) != v(questions[:1], trajs[:1])
+    for bad in (0.5, 1.0, 1.3):
+        with pytest.raises(RewardError, match="auc"):
+            Verifier(auc=bad)
