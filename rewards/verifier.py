@@ -13,10 +13,10 @@ With `auc` it is that oracle blurred to a chosen quality, a dial for asking how 
 PRM must be before a tree search pays: a step's score is Phi(+-d/2 + z), + for a right
 step and - for a wrong one, z a standard normal drawn from a hash of the question and the
 step's whole prefix, and d = sqrt(2) Phi^-1(auc), so that a right step outscores a wrong
-one with probability `auc` (its step-level ROC AUC). Its mistakes are independent from
-step to step and problem to problem, unlike a trained PRM's, and it is a function of the
-prefix like a real PRM: a path scores the same however often, and in whatever batch, it
-is scored.
+one with probability `auc` (its step-level ROC AUC; `correct` and `wrong` then play no
+part). Its mistakes are independent from step to step and problem to problem, unlike a
+trained PRM's, and it is a function of the prefix like a real PRM: a path scores the same
+however often, and in whatever batch, it is scored.
 """
 
 from __future__ import annotations
