@@ -42,6 +42,20 @@ def test_the_figures_of_a_run_follow_its_trajectories():
     assert diagnose([P0, P1], prefix_steps=1)["distinct_prefixes"] == 1.5   # p0: a, z
     assert d["cut_at_depth"] == 0.5 and d["trajectories"] == 4
     assert d["steps"] == pytest.approx((5 * 3 + 1 + 2 * 3) / 8)
+    # p0's right trajectories (0.8, 0.8) outscore its wrong ones (0.2 x 3); p1 has no right one
+    assert (d["score_auc_within"], d["problems_right_and_wrong"]) == (1.0, 1)
+
+
+def test_the_scores_separation_is_per_problem_not_pooled():
+    """Two problems whose scores each rank wrong above right, but one scored high
+    throughout: pooled, right would seem to outscore wrong 3 times in 4."""
+    high = record("p0", "5", [trajectory("5", score=0.8), trajectory("6", score=0.9)], correct=False)
+    low = record("p1", "5", [trajectory("5", score=0.1), trajectory("6", score=0.2)], correct=False)
+    assert diagnose([high, low])["score_auc_within"] == 0.0
+    mixed = record("p2", "5", [trajectory("5", score=0.3), trajectory("5", score=0.9), trajectory("6", score=0.5),
+                               trajectory(None, score=0.0, finish="max_depth")], correct=True)
+    assert diagnose([mixed])["score_auc_within"] == 0.5   # the unanswered one is left out
+    assert diagnose([P1])["score_auc_within"] is None     # no problem with both
 
 
 def test_a_run_that_votes_right_when_it_can():

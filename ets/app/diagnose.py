@@ -10,6 +10,11 @@ answers scatter and lose the vote one by one.
 Shares are of a problem's trajectories, counted, and weighted by their scores as the
 weighted vote weighs them (a share of the answered trajectories' total score); a
 trajectory without an answer (cut at the depth or token cap) holds no answer's share.
+
+What the vote needs of the scores is that, within a problem, right trajectories outscore
+wrong ones: the ROC AUC of the run's aggregated scores, right against wrong answered
+trajectories, per problem that has both, says how often they do (0.5: a coin). A PRM's
+step-level AUC pooled over problems and depths can be high while this is low.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from ets.answers.aggregate import aggregate, group_answers
 from ets.answers.grading import is_equivalent
+from ets.demo.metrics import roc_auc
 
 PREFIX_STEPS = 3
 
@@ -30,17 +36,24 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
     solved = vote_right = right_leads = 0
     shares: dict[str, list[float]] = {k: [] for k in ("right", "top_wrong", "right_weight", "top_wrong_weight")}
     answers, prefixes, cut, steps = [], [], [], []
+    separation: list[float] = []  # per problem with right and wrong answers: ROC AUC of their scores
     for r in records:
         trajs = r["trajectories"]
         scores = [aggregate(t["step_scores"], r.get("aggregation", "last")) for t in trajs]
         right = right_weight = top_wrong = top_wrong_weight = 0.0
         groups = group_answers([t["answer"] for t in trajs])
+        is_right = [False] * len(trajs)
         for group in groups:
             count, weight = len(group), sum(scores[i] for i in group)
             if r["ground_truth"] is not None and is_equivalent(trajs[group[0]]["answer"], r["ground_truth"]):
                 right, right_weight = right + count, right_weight + weight
+                for i in group:
+                    is_right[i] = True
             else:
                 top_wrong, top_wrong_weight = max(top_wrong, count), max(top_wrong_weight, weight)
+        answered = [i for group in groups for i in group]
+        if 0 < sum(is_right[i] for i in answered) < len(answered):
+            separation.append(roc_auc([is_right[i] for i in answered], [scores[i] for i in answered]))
         n, total = len(trajs) or 1, sum(scores[i] for group in groups for i in group) or 1.0
         solved += right > 0
         vote_right += right > 0 and bool(r["correct"])
@@ -60,6 +73,8 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
         "vote_right_when_solved": vote_right / solved if solved else 0.0,
         **{f"{key}_share": mean(values) for key, values in shares.items()},
         "right_leads": right_leads,
+        "score_auc_within": mean(separation) if separation else None,
+        "problems_right_and_wrong": len(separation),
         "distinct_answers": mean(answers),
         "distinct_prefixes": mean(prefixes),
         "prefix_steps": prefix_steps,
@@ -87,6 +102,9 @@ def diagnose_table(runs: Sequence[tuple[str, Mapping[str, float]]]) -> list[str]
         row("... weighted by score: the right answer's share", lambda d: f"{d['right_weight_share']:.1%}"),
         row("... weighted by score: the leading wrong answer's", lambda d: f"{d['top_wrong_weight_share']:.1%}"),
         row("problems where the right answer outnumbers every wrong one", lambda d: f"{d['right_leads']}"),
+        row("scores of right against wrong trajectories within a problem (ROC AUC, mean)",
+            lambda d: "n/a" if d["score_auc_within"] is None else
+            f"{d['score_auc_within']:.3f} ({d['problems_right_and_wrong']} problems)"),
         row("distinct answers per problem", lambda d: f"{d['distinct_answers']:.1f}"),
         row(f"distinct {k}-step prefixes per problem", lambda d: f"{d['distinct_prefixes']:.1f} of {d['trajectories']:.0f}"),
         row("trajectories cut at the depth cap per problem", lambda d: f"{d['cut_at_depth']:.1f}"),
