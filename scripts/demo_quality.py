@@ -9,6 +9,8 @@ the exact checker, scores every step with the PRM, and prints:
   - single-sample accuracy: the mean over all samples (and over the first sample only);
   - PRM step-level ROC AUC against the checker's labels (test problems: held out), overall
     and within every error category the checker names (ok steps against that category's);
+    and the last-step score's AUC, right against wrong answers, within each problem (the
+    mean over problems with both): what a vote over the samples relies on;
   - weighted best-of-N: answers weighted by the PRM's last-step score; beside it majority
     vote, the same vote with the exact verifier as PRM, and pass@N (any sample right).
   - the task's shape: steps per reference solution, and the prompt's share of its tokens.
@@ -81,6 +83,14 @@ def main(argv=None):
         bad_scores = [x for v, x in flat if v == cat]
         by_category[cat] = (len(bad_scores), roc_auc([True] * len(ok_scores) + [False] * len(bad_scores),
                                                      ok_scores + bad_scores) if bad_scores else float("nan"))
+    # What a vote over the samples needs: within a problem, right answers' last-step scores
+    # above wrong ones'. The pooled step AUC above also counts easy comparisons (across
+    # problems and depths) that no search ever makes.
+    within = []
+    for p, trajs, sc, r in zip(problems, samples, scores, right):
+        answered = [i for i, t in enumerate(trajs) if t and parse_answer(t[-1]) is not None]
+        if 0 < sum(r[i] for i in answered) < len(answered):
+            within.append(roc_auc([r[i] for i in answered], [sc[i][-1] for i in answered]))
     n_steps = sum(len(per_t) for per_p in labels for per_t in per_p)
     bad = sum(not ok for per_p in labels for per_t in per_p for ok in per_t) / max(1, n_steps)
 
@@ -98,6 +108,8 @@ def main(argv=None):
         "single_sample_accuracy": single,
         "first_sample_accuracy": first,
         "prm_step_auc": auc,
+        "prm_answer_auc_within_problem": float(np.mean(within)) if within else float("nan"),
+        "problems_right_and_wrong": len(within),
         "steps_scored": n_steps,
         "bad_step_rate": bad,
         f"weighted_best_of_{n}": vote_acc(lambda sc, lab: [s[-1] if s else 0.0 for s in sc]),
