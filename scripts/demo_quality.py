@@ -10,7 +10,9 @@ the exact checker, scores every step with the PRM, and prints:
   - PRM step-level ROC AUC against the checker's labels (test problems: held out), overall
     and within every error category the checker names (ok steps against that category's);
     and the last-step score's AUC, right against wrong answers, within each problem (the
-    mean over problems with both): what a vote over the samples relies on;
+    mean over problems with both): what a vote over the samples relies on; and whether
+    its misses persist along a path (ets/demo/metrics.py `miss_persistence`), which decides
+    whether a tree search that follows its scores recovers from them;
   - weighted best-of-N: answers weighted by the PRM's last-step score; beside it majority
     vote, the same vote with the exact verifier as PRM, and pass@N (any sample right).
   - the task's shape: steps per reference solution, and the prompt's share of its tokens.
@@ -39,7 +41,7 @@ from ets.demo.checker import ERRORS  # noqa: E402
 from ets.app.demo import prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
 from ets.answers.aggregate import choose_answer  # noqa: E402
-from ets.demo.metrics import roc_auc  # noqa: E402
+from ets.demo.metrics import miss_persistence, roc_auc  # noqa: E402
 
 
 def main(argv=None):
@@ -110,6 +112,8 @@ def main(argv=None):
         "prm_step_auc": auc,
         "prm_answer_auc_within_problem": float(np.mean(within)) if within else float("nan"),
         "problems_right_and_wrong": len(within),
+        "prm_miss_persistence": miss_persistence([t for per_p in labels for t in per_p],
+                                                 [t for per_p in scores for t in per_p]),
         "steps_scored": n_steps,
         "bad_step_rate": bad,
         f"weighted_best_of_{n}": vote_acc(lambda sc, lab: [s[-1] if s else 0.0 for s in sc]),

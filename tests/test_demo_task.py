@@ -1,6 +1,7 @@
 """The demo task: generator, splits, step checker, verifier reward."""
 
 import json
+import math
 import random
 
 import pytest
@@ -210,3 +211,32 @@ def test_verifier_blurred_to_an_auc_scores_right_steps_above_wrong_ones_that_oft
     for bad in (0.5, 1.0, 1.3):
         with pytest.raises(RewardError, match="auc"):
             Verifier(auc=bad)
+
+
+def test_miss_persistence_tells_a_prm_whose_misses_carry_on_from_one_that_judges_each_step_afresh():
+    """The verifier blurred to an AUC judges each step afresh: ~0. A PRM that scores the
+    steps after a wrong one as it scored that one (here: the same score plus a little
+    noise) persists: ~1. Trajectories without a wrong step, or with nothing after it, do
+    not count."""
+    from ets.demo.metrics import miss_persistence
+    from ets.demo.spoil import spoil
+    from rewards.verifier import Verifier
+
+    rng = random.Random(2)
+    questions, trajs, labels = [], [], []
+    for p in problems(200, 22):
+        ref = reference_solution(p, rng)
+        k = rng.randrange(len(ref) // 2)
+        twin = ref[:k] + [spoil(p, ref[k], rng, ref[:k])] + ref[k + 1:]
+        questions.append(p.question)
+        trajs.append([twin, ref])
+        labels += [check_steps(p, twin), check_steps(p, ref)]
+    fresh = [t for per_p in Verifier(auc=0.8)(questions, trajs) for t in per_p]
+    assert abs(miss_persistence(labels, fresh)) < 0.15
+    noise = random.Random(3)
+    carried = []
+    for labs, sc in zip(labels, fresh):
+        k = next((i for i, ok in enumerate(labs) if not ok), None)
+        carried.append(sc if k is None else sc[:k + 1] + [sc[k] + noise.gauss(0, 0.02) for _ in sc[k + 1:]])
+    assert miss_persistence(labels, carried) > 0.9
+    assert math.isnan(miss_persistence([[True, True], [False]], [[0.9, 0.8], [0.1]]))   # nothing to correlate

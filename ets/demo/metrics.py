@@ -17,3 +17,25 @@ def roc_auc(labels: Sequence[bool], scores: Sequence[float]) -> float:
         return float("nan")
     ranks = rankdata(s)
     return float((ranks[y].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def miss_persistence(labels: Sequence[Sequence[bool]], scores: Sequence[Sequence[float]],
+                     following: int = 3) -> float:
+    """Whether a PRM's misses persist along a path: over the trajectories whose first wrong
+    step is followed by more wrong steps, the Pearson correlation between that step's score
+    and the mean score of the wrong steps among the next `following`. Near 0, each wrong
+    step is judged afresh, and a search that kept an overrated one drops it a step later; near
+    1, a path the PRM misses once it keeps missing, and a search follows it to the end. NaN
+    with fewer than 3 such trajectories."""
+    first, after = [], []
+    for labs, sc in zip(labels, scores):
+        k = next((i for i, ok in enumerate(labs) if not ok), None)
+        if k is None:
+            continue
+        later = [s for s, ok in zip(sc[k + 1:k + 1 + following], labs[k + 1:k + 1 + following]) if not ok]
+        if later:
+            first.append(sc[k])
+            after.append(sum(later) / len(later))
+    if len(first) < 3 or np.std(first) == 0 or np.std(after) == 0:
+        return float("nan")
+    return float(np.corrcoef(first, after)[0, 1])
