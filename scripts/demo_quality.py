@@ -41,7 +41,7 @@ from ets.demo.checker import ERRORS  # noqa: E402
 from ets.app.demo import prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
 from ets.answers.aggregate import choose_answer  # noqa: E402
-from ets.demo.metrics import miss_persistence, roc_auc  # noqa: E402
+from ets.demo.metrics import mean_auc_within, miss_persistence, roc_auc  # noqa: E402
 
 
 def main(argv=None):
@@ -88,11 +88,9 @@ def main(argv=None):
     # What a vote over the samples needs: within a problem, right answers' last-step scores
     # above wrong ones'. The pooled step AUC above also counts easy comparisons (across
     # problems and depths) that no search ever makes.
-    within = []
-    for p, trajs, sc, r in zip(problems, samples, scores, right):
-        answered = [i for i, t in enumerate(trajs) if t and parse_answer(t[-1]) is not None]
-        if 0 < sum(r[i] for i in answered) < len(answered):
-            within.append(roc_auc([r[i] for i in answered], [sc[i][-1] for i in answered]))
+    answered = [[i for i, t in enumerate(trajs) if t and parse_answer(t[-1]) is not None] for trajs in samples]
+    answer_auc, problems_right_and_wrong = mean_auc_within(
+        ([r[i] for i in ids], [sc[i][-1] for i in ids]) for ids, sc, r in zip(answered, scores, right))
     n_steps = sum(len(per_t) for per_p in labels for per_t in per_p)
     bad = sum(not ok for per_p in labels for per_t in per_p for ok in per_t) / max(1, n_steps)
 
@@ -110,8 +108,8 @@ def main(argv=None):
         "single_sample_accuracy": single,
         "first_sample_accuracy": first,
         "prm_step_auc": auc,
-        "prm_answer_auc_within_problem": float(np.mean(within)) if within else float("nan"),
-        "problems_right_and_wrong": len(within),
+        "prm_answer_auc_within_problem": float("nan") if answer_auc is None else answer_auc,
+        "problems_right_and_wrong": problems_right_and_wrong,
         "prm_miss_persistence": miss_persistence([t for per_p in labels for t in per_p],
                                                  [t for per_p in scores for t in per_p]),
         "steps_scored": n_steps,

@@ -107,7 +107,8 @@ def _compare(args: argparse.Namespace) -> int:
     from ets.app.evaluate import EvalError
     from ets.app.paired import compare_lines
 
-    runs = _load_runs("compare", (args.base, *args.others), "whose records say whether each answer was right")
+    loaded = _load_runs("compare", (args.base, *args.others), "whose records say whether each answer was right")
+    runs = [(path + seeds, records) for path, seeds, records in loaded]
     try:
         lines = compare_lines(runs[0], runs[1:])
     except ValueError as exc:
@@ -117,10 +118,11 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, list[list[dict]]]]:
-    """Each results file, or sweep run named without its seed, given to `command`, as (its
-    name, its records per seed). A run's name says its seeds, and each seed's problem count
-    when they differ (a seed still running has searched fewer)."""
+def _load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, str, list[list[dict]]]]:
+    """Each results file, or sweep run named without its seed, given to `command`, as (the
+    path given, what its name adds to say its seeds, its records per seed). The seeds' text
+    names each seed's problem count when they differ (a seed still running has searched
+    fewer); a single file adds nothing."""
     from ets.app.evaluate import EvalError, load_results
 
     _jsonl_only(command, given, why)
@@ -131,11 +133,12 @@ def _load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, 
             raise EvalError(f"{path!r} is neither a results file nor a sweep's run with seed files "
                             f"{path}_s<seed>.jsonl; pass the output of `ets run` or `ets sweep --seeds`")
         records = [load_results(file) for file in (seeds.values() if seeds else [path])]
-        name = path
+        seeds_text = ""
         if seeds:
             counts = [len(r) for r in records]
-            name += f" (seeds {','.join(seeds)}" + (f": {'/'.join(map(str, counts))} problems)" if len(set(counts)) > 1 else ")")
-        runs.append((name, records))
+            seeds_text = f" (seeds {','.join(seeds)}" + (f": {'/'.join(map(str, counts))} problems)"
+                                                         if len(set(counts)) > 1 else ")")
+        runs.append((path, seeds_text, records))
     return runs
 
 
@@ -165,11 +168,10 @@ def _diagnose(args: argparse.Namespace) -> int:
         raise EvalError(f"{' '.join(args.files)}: a file is named twice; list each once")
     loaded = _load_runs("diagnose", args.files, "whose trajectories keep their steps and finish reasons")
     # columns by file name (with its seeds), else by path where two files share a name
-    short = [os.path.basename(os.path.splitext(f)[0] if f.endswith(".jsonl") else f) + name[len(f):]
-             for f, (name, _) in zip(args.files, loaded)]
-    names = short if len(set(short)) == len(short) else [name for name, _ in loaded]
+    short = [os.path.basename(path.removesuffix(".jsonl")) + seeds for path, seeds, _ in loaded]
+    names = short if len(set(short)) == len(short) else [path + seeds for path, seeds, _ in loaded]
     runs = []
-    for name, (_, per_seed) in zip(names, loaded):
+    for name, (_, _, per_seed) in zip(names, loaded):
         # over seeds, each (problem, seed) search counts as one of the column's problems
         figures = diagnose([r for records in per_seed for r in records], args.prefix_steps)
         runs.append((name, {**figures, "seeds": len(per_seed)}))

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from ets.answers.aggregate import aggregate, group_answers
 from ets.answers.grading import is_equivalent
-from ets.demo.metrics import roc_auc
+from ets.demo.metrics import mean_auc_within
 
 PREFIX_STEPS = 3
 
@@ -36,7 +36,7 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
     solved = vote_right = right_leads = 0
     shares: dict[str, list[float]] = {k: [] for k in ("right", "top_wrong", "right_weight", "top_wrong_weight")}
     answers, prefixes, cut, steps = [], [], [], []
-    separation: list[float] = []  # per problem with right and wrong answers: ROC AUC of their scores
+    separation = []  # per problem: its answered trajectories' (right?, score)
     for r in records:
         trajs = r["trajectories"]
         scores = [aggregate(t["step_scores"], r.get("aggregation", "last")) for t in trajs]
@@ -52,8 +52,7 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
             else:
                 top_wrong, top_wrong_weight = max(top_wrong, count), max(top_wrong_weight, weight)
         answered = [i for group in groups for i in group]
-        if 0 < sum(is_right[i] for i in answered) < len(answered):
-            separation.append(roc_auc([is_right[i] for i in answered], [scores[i] for i in answered]))
+        separation.append(([is_right[i] for i in answered], [scores[i] for i in answered]))
         n, total = len(trajs) or 1, sum(scores[i] for group in groups for i in group) or 1.0
         solved += right > 0
         vote_right += right > 0 and bool(r["correct"])
@@ -66,6 +65,7 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
         cut.append(sum(t["finish"] == "max_depth" for t in trajs))
         steps.extend(len(t["steps"]) for t in trajs)
     problems = len(records)
+    score_auc, problems_right_and_wrong = mean_auc_within(separation)
     return {
         "problems": problems,
         "accuracy": sum(bool(r["correct"]) for r in records) / problems,
@@ -73,8 +73,8 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
         "vote_right_when_solved": vote_right / solved if solved else 0.0,
         **{f"{key}_share": mean(values) for key, values in shares.items()},
         "right_leads": right_leads,
-        "score_auc_within": mean(separation) if separation else None,
-        "problems_right_and_wrong": len(separation),
+        "score_auc_within": score_auc,
+        "problems_right_and_wrong": problems_right_and_wrong,
         "distinct_answers": mean(answers),
         "distinct_prefixes": mean(prefixes),
         "prefix_steps": prefix_steps,

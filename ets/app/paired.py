@@ -120,14 +120,16 @@ def compare_lines(base: tuple[str, Sequence[Sequence[Mapping[str, Any]]]],
     runs when two share no problem."""
     base_name, base_runs = base
     base_right, base_kv = [correct_by_problem(r) for r in base_runs], _mean_by_problem(base_runs, "kv_size")
+    base_share = _shares(base_right)
     lines = []
     for name, runs in others:
         right, kv = [correct_by_problem(r) for r in runs], _mean_by_problem(runs, "kv_size")
-        shared = sorted(_shares(base_right).keys() & _shares(right).keys())
+        share = _shares(right)
+        shared = sorted(base_share.keys() & share.keys())
         if not shared:
             raise ValueError(f"{name} and {base_name} share no problem: compare runs over the same dataset")
         d = paired_difference(_only(right, shared), _only(base_right, shared))
-        acc, base_acc = (sum(_shares(r)[p] for p in shared) / len(shared) for r in (right, base_right))
+        acc, base_acc = (sum(sh[p] for p in shared) / len(shared) for sh in (share, base_share))
         kv_sum, base_kv_sum = (sum(k[p] for p in shared) for k in (kv, base_kv))
         lines.append(f"{name} vs {base_name}: accuracy {acc:.1%} vs {base_acc:.1%}, {d.text()}; "
                      f"KV size/problem {kv_sum / len(shared):,.0f} vs {base_kv_sum / len(shared):,.0f} "

@@ -3,7 +3,7 @@ The weighted vote is `ets.answers.aggregate.choose_answer`, the one the search u
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 from scipy.stats import rankdata
@@ -17,6 +17,14 @@ def roc_auc(labels: Sequence[bool], scores: Sequence[float]) -> float:
         return float("nan")
     ranks = rankdata(s)
     return float((ranks[y].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def mean_auc_within(groups: Iterable[tuple[Sequence[bool], Sequence[float]]]) -> tuple[float | None, int]:
+    """The mean `roc_auc` over groups (e.g. one problem's trajectories: right?, score) that
+    hold both classes, and how many did: (None, 0) if none did. A group of one class has
+    nothing to rank."""
+    aucs = [roc_auc(labels, scores) for labels, scores in groups if 0 < sum(map(bool, labels)) < len(labels)]
+    return (float(np.mean(aucs)) if aucs else None), len(aucs)
 
 
 def miss_persistence(labels: Sequence[Sequence[bool]], scores: Sequence[Sequence[float]],
