@@ -93,21 +93,12 @@ def _workers_lines(summary: dict) -> int:
     return 1 if w["failed"] else 0
 
 
-def _jsonl_only(command: str, paths: Sequence[str], why: str) -> None:
-    """Refuse an ETS answers.json: `command` reads `ets run` results only (`why` says what it needs)."""
-    from ets.app.evaluate import EvalError
-
-    for path in paths:
-        if path.endswith(".json"):
-            raise EvalError(f"{path}: ets {command} reads the results of `ets run` (JSONL), {why}; "
-                            "grade an ETS answers.json with `ets eval`")
-
-
 def _compare(args: argparse.Namespace) -> int:
     from ets.app.evaluate import EvalError
     from ets.app.paired import compare_lines
+    from ets.app.result_runs import load_runs
 
-    loaded = _load_runs("compare", (args.base, *args.others), "whose records say whether each answer was right")
+    loaded = load_runs("compare", (args.base, *args.others), "whose records say whether each answer was right")
     runs = [(path + seeds, records) for path, seeds, records in loaded]
     try:
         lines = compare_lines(runs[0], runs[1:])
@@ -118,55 +109,16 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, str, list[list[dict]]]]:
-    """Each results file, or sweep run named without its seed, given to `command`, as (the
-    path given, what its name adds to say its seeds, its records per seed). The seeds' text
-    names each seed's problem count when they differ (a seed still running has searched
-    fewer); a single file adds nothing."""
-    from ets.app.evaluate import EvalError, load_results
-
-    _jsonl_only(command, given, why)
-    runs = []
-    for path in given:
-        seeds = _seed_files(path)
-        if not seeds and not os.path.exists(path) and not path.endswith(".jsonl"):
-            raise EvalError(f"{path!r} is neither a results file nor a sweep's run with seed files "
-                            f"{path}_s<seed>.jsonl; pass the output of `ets run` or `ets sweep --seeds`")
-        records = [load_results(file) for file in (seeds.values() if seeds else [path])]
-        seeds_text = ""
-        if seeds:
-            counts = [len(r) for r in records]
-            seeds_text = f" (seeds {','.join(seeds)}" + (f": {'/'.join(map(str, counts))} problems)"
-                                                         if len(set(counts)) > 1 else ")")
-        runs.append((path, seeds_text, records))
-    return runs
-
-
-def _seed_files(given: str) -> dict[str, str]:
-    """A sweep's run named without its seed (`runs/s/rebase_w64`) -> its seed files there
-    (`runs/s/rebase_w64_s<seed>.jsonl`) by seed, in numeric order; {} for anything else."""
-    import glob
-    import re
-
-    if os.path.exists(given) or given.endswith(".jsonl"):
-        return {}
-    found = {}
-    for path in glob.glob(glob.escape(given) + "_s*.jsonl"):
-        seed = re.fullmatch(r"_s(\d+)\.jsonl", path[len(given):])
-        if seed:
-            found[seed.group(1)] = path
-    return {s: found[s] for s in sorted(found, key=int)}
-
-
 def _diagnose(args: argparse.Namespace) -> int:
     from ets.app.diagnose import diagnose, diagnose_table
     from ets.app.evaluate import EvalError
+    from ets.app.result_runs import load_runs
 
     if args.prefix_steps < 1:
         raise EvalError(f"--prefix-steps {args.prefix_steps}: give a number of steps >= 1")
     if len(set(args.files)) < len(args.files):
         raise EvalError(f"{' '.join(args.files)}: a file is named twice; list each once")
-    loaded = _load_runs("diagnose", args.files, "whose trajectories keep their steps and finish reasons")
+    loaded = load_runs("diagnose", args.files, "whose trajectories keep their steps and finish reasons")
     # columns by file name (with its seeds), else by path where two files share a name
     short = [os.path.basename(path.removesuffix(".jsonl")) + seeds for path, seeds, _ in loaded]
     names = short if len(set(short)) == len(short) else [path + seeds for path, seeds, _ in loaded]
