@@ -17,6 +17,13 @@ one with probability `auc` (its step-level ROC AUC; `correct` and `wrong` then p
 part). Its mistakes are independent from step to step and problem to problem, unlike a
 trained PRM's, and it is a function of the prefix like a real PRM: a path scores the same
 however often, and in whatever batch, it is scored.
+
+With `persistence` (rho, 0 <= rho < 1) its mistakes carry along a path, as a trained PRM's
+do: the noise of step k is rho * (step k-1's) + sqrt(1 - rho^2) * (its own draw), so each
+step's noise is still a standard normal (the step AUC stays `auc`) but a step it overrates
+is followed by steps it overrates too. rho = 0 is the independent dial above, to the digit;
+`scripts/demo_quality.py`'s miss persistence of the trained demo PRM (0.69) is what a rho
+near 0.8 gives (docs/RESULTS.md, "What a tree search needs of a PRM").
 """
 
 from __future__ import annotations
@@ -42,13 +49,19 @@ class Verifier(ProcessRewardModel):
 
     name = "verifier"
 
-    def __init__(self, correct: float = 1.0, wrong: float = 0.0, auc: float | None = None, noise_seed: int = 0):
+    def __init__(self, correct: float = 1.0, wrong: float = 0.0, auc: float | None = None, noise_seed: int = 0,
+                 persistence: float = 0.0):
         for key, v in (("correct", correct), ("wrong", wrong)):
             if not 0.0 <= float(v) <= 1.0:
                 raise RewardError(f"reward 'verifier': {key}={v!r} must be in [0, 1]")
         if auc is not None and not 0.5 < float(auc) < 1.0:
             raise RewardError(f"reward 'verifier': auc={auc!r} must be above 0.5 and below 1 (leave it out for the exact scores)")
+        if not 0.0 <= float(persistence) < 1.0:
+            raise RewardError(f"reward 'verifier': persistence={persistence!r} must be in [0, 1) (0: independent mistakes)")
+        if float(persistence) and auc is None:
+            raise RewardError("reward 'verifier': persistence needs auc (the exact scores make no mistakes to carry)")
         self.correct, self.wrong = float(correct), float(wrong)
+        self.persistence = float(persistence)
         self.noise_seed = int(noise_seed)
         self.half_gap = None if auc is None else math.sqrt(2) * NormalDist().inv_cdf(float(auc)) / 2
 
@@ -71,9 +84,12 @@ class Verifier(ProcessRewardModel):
             return [self.correct if ok else self.wrong for ok in right]
         normal = NormalDist()
         digest = hashlib.blake2b(f"{self.noise_seed}\x00{question}".encode(), digest_size=8)
-        scores = []
+        rho = self.persistence
+        scores, z = [], None
         for step, ok in zip(steps, right):
             digest.update(b"\x00" + step.encode())  # the prefix so far: one running hash
             u = (int.from_bytes(digest.copy().digest(), "big") + 0.5) / 2**64
-            scores.append(normal.cdf((self.half_gap if ok else -self.half_gap) + normal.inv_cdf(u)))
+            own = normal.inv_cdf(u)
+            z = own if z is None or not rho else rho * z + math.sqrt(1 - rho * rho) * own
+            scores.append(normal.cdf((self.half_gap if ok else -self.half_gap) + z))
         return scores

@@ -213,6 +213,43 @@ def test_verifier_blurred_to_an_auc_scores_right_steps_above_wrong_ones_that_oft
             Verifier(auc=bad)
 
 
+def test_verifier_with_persistence_carries_its_mistakes_along_a_path_at_the_same_auc():
+    """`persistence`: the step noise follows an AR(1) along the path, so the dial can model a
+    trained PRM whose misses persist (miss persistence ~0.65 at rho 0.8, 0 at rho 0) while
+    its step AUC and its prefix-determinism stay as they were; rho 0 is the plain dial."""
+    from ets.demo.metrics import miss_persistence, roc_auc
+    from ets.demo.spoil import carry_forward, spoil
+    from rewards.base import RewardError
+    from rewards.verifier import Verifier
+
+    rng = random.Random(4)
+    questions, trajs, labels = [], [], []
+    for p in problems(200, 23):
+        ref = reference_solution(p, rng)
+        k = rng.randrange(len(ref) // 2)
+        twin = carry_forward(ref, k, spoil(p, ref[k], rng, ref[:k]))
+        questions.append(p.question)
+        trajs.append([twin, ref])
+        labels += [check_steps(p, twin), check_steps(p, ref)]
+    flat_labels = [ok for labs in labels for ok in labs]
+    measured = {}
+    for rho in (0.0, 0.8):
+        scores = Verifier(auc=0.92, persistence=rho)(questions, trajs)
+        per_traj = [t for pair in scores for t in pair]
+        measured[rho] = miss_persistence(labels, per_traj)
+        assert abs(roc_auc(flat_labels, [s for t in per_traj for s in t]) - 0.92) < 0.03
+        for (twin, ref), (a, b) in zip(trajs, scores):      # a prefix's score depends on the prefix alone
+            k = next(i for i, (x, y) in enumerate(zip(twin, ref)) if x != y)
+            assert a[:k] == b[:k]
+    assert abs(measured[0.0]) < 0.15 and measured[0.8] > 0.5, measured
+    assert Verifier(auc=0.92, persistence=0.0)(questions, trajs) == Verifier(auc=0.92)(questions, trajs)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(RewardError, match="persistence"):
+            Verifier(auc=0.9, persistence=bad)
+    with pytest.raises(RewardError, match="needs auc"):
+        Verifier(persistence=0.5)
+
+
 def test_miss_persistence_tells_a_prm_whose_misses_carry_on_from_one_that_judges_each_step_afresh():
     """The verifier blurred to an AUC judges each step afresh: ~0. A PRM that scores the
     steps after a wrong one as it scored that one (here: the same score plus a little
