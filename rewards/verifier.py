@@ -24,6 +24,13 @@ step's noise is still a standard normal (the step AUC stays `auc`) but a step it
 is followed by steps it overrates too. rho = 0 is the independent dial above, to the digit;
 `scripts/demo_quality.py`'s miss persistence of the trained demo PRM (0.69) is what a rho
 near 0.8 gives (docs/RESULTS.md, "What a tree search needs of a PRM").
+
+With `kind_bias` (a mapping from a step's kind, one of STEP_KINDS, to a shift) every step
+of that kind has the shift added to its noise, right or wrong alike: the trained demo PRM
+scores a kind of step by how often that kind goes wrong as much as by whether this one did
+(its mean probit is +1.56 for products, +0.76 for sums, about 0 for the last operations
+and the answer), and `{product: 1.5, sum: 0.75}` gives the dial that habit. Kinds left out
+are not shifted.
 """
 
 from __future__ import annotations
@@ -32,11 +39,22 @@ import hashlib
 import math
 from functools import lru_cache
 from statistics import NormalDist
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from ets.demo.checker import check_steps
+from ets.demo.checker import check_steps, parse_answer, parse_equation
 from ets.demo.task import DemoParseError, Problem, parse_question
 from rewards.base import ProcessRewardModel, RewardError
+
+
+STEP_KINDS = {"*": "product", "+": "sum", "-": "difference", "/": "quotient"}
+
+
+def step_kind(step: str) -> str:
+    """product, sum, difference, quotient (by the step's operation), answer, or format."""
+    if parse_answer(step) is not None:
+        return "answer"
+    eq = parse_equation(step)
+    return "format" if eq is None else STEP_KINDS[eq.op]
 
 
 @lru_cache(maxsize=4096)
@@ -50,7 +68,7 @@ class Verifier(ProcessRewardModel):
     name = "verifier"
 
     def __init__(self, correct: float = 1.0, wrong: float = 0.0, auc: float | None = None, noise_seed: int = 0,
-                 persistence: float = 0.0):
+                 persistence: float = 0.0, kind_bias: Mapping[str, float] | None = None):
         for key, v in (("correct", correct), ("wrong", wrong)):
             if not 0.0 <= float(v) <= 1.0:
                 raise RewardError(f"reward 'verifier': {key}={v!r} must be in [0, 1]")
@@ -60,8 +78,22 @@ class Verifier(ProcessRewardModel):
             raise RewardError(f"reward 'verifier': persistence={persistence!r} must be in [0, 1) (0: independent mistakes)")
         if float(persistence) and auc is None:
             raise RewardError("reward 'verifier': persistence needs auc (the exact scores make no mistakes to carry)")
+        kinds = (*STEP_KINDS.values(), "answer", "format")
+        if kind_bias is not None and not isinstance(kind_bias, Mapping):
+            raise RewardError(f"reward 'verifier': kind_bias={kind_bias!r} must be a mapping such as {{product: 1.5}}")
+        kind_bias = dict(kind_bias or {})
+        if kind_bias and auc is None:
+            raise RewardError("reward 'verifier': kind_bias needs auc (it shifts the blurred scores)")
+        unknown = sorted(set(kind_bias) - set(kinds))
+        if unknown:
+            raise RewardError(f"reward 'verifier': kind_bias has unknown step kinds {unknown}; use {', '.join(kinds)}")
         self.correct, self.wrong = float(correct), float(wrong)
         self.persistence = float(persistence)
+        try:
+            self.kind_bias = {k: float(v) for k, v in kind_bias.items()}
+        except (TypeError, ValueError):
+            raise RewardError(f"reward 'verifier': kind_bias={kind_bias!r} must map step kinds to numbers "
+                              "(shifts of the score's probit)") from None
         self.noise_seed = int(noise_seed)
         self.half_gap = None if auc is None else math.sqrt(2) * NormalDist().inv_cdf(float(auc)) / 2
 
@@ -91,5 +123,6 @@ class Verifier(ProcessRewardModel):
             u = (int.from_bytes(digest.copy().digest(), "big") + 0.5) / 2**64
             own = normal.inv_cdf(u)
             z = own if z is None or not rho else rho * z + math.sqrt(1 - rho * rho) * own
-            scores.append(normal.cdf((self.half_gap if ok else -self.half_gap) + z))
+            shift = self.kind_bias.get(step_kind(step), 0.0) if self.kind_bias else 0.0
+            scores.append(normal.cdf((self.half_gap if ok else -self.half_gap) + z + shift))
         return scores

@@ -250,6 +250,40 @@ def test_verifier_with_persistence_carries_its_mistakes_along_a_path_at_the_same
         Verifier(persistence=0.5)
 
 
+def test_verifier_kind_bias_shifts_every_step_of_a_kind_alike_and_no_other():
+    """`kind_bias`: a step of a listed kind gets its shift added (right or wrong alike), as
+    the trained PRM scores products higher than last operations; other kinds are unchanged,
+    and so is the ranking within a kind."""
+    from statistics import NormalDist
+
+    from rewards.base import RewardError
+    from rewards.verifier import Verifier, step_kind
+
+    rng = random.Random(5)
+    ps = problems(20, 24)
+    questions = [p.question for p in ps]
+    trajs = [[reference_solution(p, rng)] for p in ps]
+    plain = Verifier(auc=0.7)(questions, trajs)
+    biased = Verifier(auc=0.7, kind_bias={"product": 1.5, "sum": -0.5})(questions, trajs)
+    probit = NormalDist().inv_cdf
+    kinds = set()
+    for (steps,), (a,), (b,) in zip(trajs, plain, biased):
+        for step, x, y in zip(steps, a, b):
+            kind = step_kind(step)
+            kinds.add(kind)
+            shift = {"product": 1.5, "sum": -0.5}.get(kind, 0.0)
+            assert probit(y) - probit(x) == pytest.approx(shift, abs=1e-6), (kind, x, y)
+    assert {"product", "sum", "answer"} <= kinds
+    with pytest.raises(RewardError, match="unknown step kinds"):
+        Verifier(auc=0.7, kind_bias={"products": 1.0})
+    with pytest.raises(RewardError, match="needs auc"):
+        Verifier(kind_bias={"product": 1.0})
+    with pytest.raises(RewardError, match="must be a mapping"):
+        Verifier(auc=0.7, kind_bias=[1])
+    with pytest.raises(RewardError, match="to numbers"):
+        Verifier(auc=0.7, kind_bias={"product": "high"})
+
+
 def test_miss_persistence_tells_a_prm_whose_misses_carry_on_from_one_that_judges_each_step_afresh():
     """The verifier blurred to an AUC judges each step afresh: ~0. A PRM that scores the
     steps after a wrong one as it scored that one (here: the same score plus a little
