@@ -284,6 +284,33 @@ def test_verifier_kind_bias_shifts_every_step_of_a_kind_alike_and_no_other():
         Verifier(auc=0.7, kind_bias={"product": "high"})
 
 
+def test_verifier_kind_auc_tells_a_kinds_right_and_wrong_steps_apart_at_its_own_auc():
+    """`kind_auc`: products at 0.95, every other kind at `auc` (0.65), measured on
+    reference solutions and their spoiled twins."""
+    from ets.demo.metrics import roc_auc
+    from ets.demo.spoil import carry_forward, spoil
+    from rewards.base import RewardError
+    from rewards.verifier import Verifier, step_kind
+
+    rng = random.Random(6)
+    questions, trajs, labels = [], [], []
+    for p in problems(300, 25):
+        ref = reference_solution(p, rng)
+        k = rng.randrange(len(ref) - 1)
+        twin = carry_forward(ref, k, spoil(p, ref[k], rng, ref[:k]))
+        questions.append(p.question)
+        trajs.append([twin, ref])
+        labels += [check_steps(p, twin), check_steps(p, ref)]
+    scores = [t for pair in Verifier(auc=0.65, kind_auc={"product": 0.95})(questions, trajs) for t in pair]
+    steps = [st for pair in trajs for t in pair for st in t]
+    flat = list(zip(steps, [ok for labs in labels for ok in labs], [x for t in scores for x in t]))
+    for products, target in ((True, 0.95), (False, 0.65)):
+        part = [(ok, x) for st, ok, x in flat if (step_kind(st) == "product") == products]
+        assert abs(roc_auc([ok for ok, _ in part], [x for _, x in part]) - target) < 0.04, (products, target)
+    with pytest.raises(RewardError, match="kind_auc"):
+        Verifier(auc=0.7, kind_auc={"answer": 0.4})
+
+
 def test_miss_persistence_tells_a_prm_whose_misses_carry_on_from_one_that_judges_each_step_afresh():
     """The verifier blurred to an AUC judges each step afresh: ~0. A PRM that scores the
     steps after a wrong one as it scored that one (here: the same score plus a little
