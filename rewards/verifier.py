@@ -32,7 +32,8 @@ scores a kind of step by how often that kind goes wrong as much as by whether th
 and the answer), and `{product: 1.5, sum: 0.75}` gives the dial that habit. Kinds left out
 are not shifted. With `kind_auc` (kind -> AUC) the steps of a kind are told apart at their
 own AUC: the trained PRM separates right from wrong products far better than right from
-wrong last operations and answers (probit gaps 1.30 and 0.31-0.36: AUC ~0.82 and ~0.59).
+wrong last operations and answers (within a problem, on its best-of-N samples: products
+0.91, sums 0.85, differences, quotients and answers 0.67-0.69).
 """
 
 from __future__ import annotations
