@@ -34,6 +34,13 @@ are not shifted. With `kind_auc` (kind -> AUC) the steps of a kind are told apar
 own AUC: the trained PRM separates right from wrong products far better than right from
 wrong last operations and answers (within a problem, on its best-of-N samples: products
 0.91, sums 0.85, differences, quotients and answers 0.67-0.69).
+
+With `noise_by: computation` a step's draw is keyed by what it computes (`a op b = c`, or
+the answer; `computation`) instead of by its whole prefix: a computation is overrated or
+underrated alike in every path and wording that makes it, as a trained PRM's belief about
+a computation is the same wherever it meets it. Persistence, kind_bias and kind_auc apply
+on top. (Steps in other paths then share draws, so a path's score still depends on the
+path alone.)
 """
 
 from __future__ import annotations
@@ -58,6 +65,14 @@ def step_kind(step: str) -> str:
         return "answer"
     eq = parse_equation(step)
     return "format" if eq is None else STEP_KINDS[eq.op]
+
+
+def computation(step: str) -> str:
+    """What a step computes, without its wording: `a op b = c`, `answer N`, or the step."""
+    n, eq = parse_answer(step), parse_equation(step)
+    if n is not None:
+        return f"answer {n}"
+    return f"{eq.a} {eq.op} {eq.b} = {eq.c}" if eq else step
 
 
 def _half_gap(auc: float) -> float:
@@ -95,7 +110,7 @@ class Verifier(ProcessRewardModel):
 
     def __init__(self, correct: float = 1.0, wrong: float = 0.0, auc: float | None = None, noise_seed: int = 0,
                  persistence: float = 0.0, kind_bias: Mapping[str, float] | None = None,
-                 kind_auc: Mapping[str, float] | None = None):
+                 kind_auc: Mapping[str, float] | None = None, noise_by: str = "prefix"):
         for key, v in (("correct", correct), ("wrong", wrong)):
             if not 0.0 <= float(v) <= 1.0:
                 raise RewardError(f"reward 'verifier': {key}={v!r} must be in [0, 1]")
@@ -108,6 +123,9 @@ class Verifier(ProcessRewardModel):
         self.correct, self.wrong = float(correct), float(wrong)
         self.persistence = float(persistence)
         self.noise_seed = int(noise_seed)
+        if noise_by not in ("prefix", "computation"):
+            raise RewardError(f"reward 'verifier': noise_by={noise_by!r} must be 'prefix' or 'computation'")
+        self.noise_by = noise_by
         self.kind_bias = _kind_mapping("kind_bias", kind_bias, auc)
         kind_auc = _kind_mapping("kind_auc", kind_auc, auc)
         for kind, value in kind_auc.items():
@@ -139,7 +157,12 @@ class Verifier(ProcessRewardModel):
         scores, z = [], None
         for step, ok in zip(steps, right):
             digest.update(b"\x00" + step.encode())  # the prefix so far: one running hash
-            u = (int.from_bytes(digest.copy().digest(), "big") + 0.5) / 2**64
+            if self.noise_by == "computation":   # one draw per computation, wherever it is met
+                key = f"{self.noise_seed}\x00{question}\x00{computation(step)}\x00{ok}"
+                draw = hashlib.blake2b(key.encode(), digest_size=8)
+            else:
+                draw = digest.copy()
+            u = (int.from_bytes(draw.digest(), "big") + 0.5) / 2**64
             own = normal.inv_cdf(u)
             z = own if z is None or not rho else rho * z + math.sqrt(1 - rho * rho) * own
             kind = step_kind(step) if self.kind_bias or self.kind_half_gap else None

@@ -311,6 +311,41 @@ def test_verifier_kind_auc_tells_a_kinds_right_and_wrong_steps_apart_at_its_own_
         Verifier(auc=0.7, kind_auc={"answer": 0.4})
 
 
+def test_verifier_noise_by_computation_scores_a_computation_alike_in_every_path_and_wording():
+    """`noise_by: computation`: two reference solutions of one problem (other orders, other
+    wordings) score every computation they share the same; keyed by prefix they do not.
+    The step AUC is still the one asked for."""
+    from ets.demo.metrics import roc_auc
+    from ets.demo.spoil import carry_forward, spoil
+    from rewards.base import RewardError
+    from rewards.verifier import Verifier, computation
+
+    rng = random.Random(7)
+    shared = differ = 0
+    questions, trajs, labels = [], [], []
+    for p in problems(150, 26):
+        one, two = reference_solution(p, rng), reference_solution(p, rng)
+        k = rng.randrange(len(one) - 1)
+        twin = carry_forward(one, k, spoil(p, one[k], rng, one[:k]))
+        questions.append(p.question)
+        trajs.append([one, two, twin])
+        labels += [check_steps(p, t) for t in (one, two, twin)]
+        by_comp = Verifier(auc=0.7, noise_by="computation")([p.question], [[one, two]])[0]
+        by_prefix = Verifier(auc=0.7)([p.question], [[one, two]])[0]
+        first = {computation(st): (x, y) for st, x, y in zip(one, by_comp[0], by_prefix[0])}
+        for st, x, y in zip(two, by_comp[1], by_prefix[1]):
+            if computation(st) in first and st not in one:        # the same computation, other words
+                shared += 1
+                assert x == first[computation(st)][0]
+                differ += y != first[computation(st)][1]
+    assert shared > 100 and differ > 0.9 * shared
+    scores = [t for per_p in Verifier(auc=0.8, noise_by="computation")(questions, trajs) for t in per_p]
+    auc = roc_auc([ok for labs in labels for ok in labs], [x for t in scores for x in t])
+    assert abs(auc - 0.8) < 0.05, auc
+    with pytest.raises(RewardError, match="noise_by"):
+        Verifier(auc=0.7, noise_by="step")
+
+
 def test_miss_persistence_tells_a_prm_whose_misses_carry_on_from_one_that_judges_each_step_afresh():
     """The verifier blurred to an AUC judges each step afresh: ~0. A PRM that scores the
     steps after a wrong one as it scored that one (here: the same score plus a little
