@@ -51,7 +51,7 @@ from functools import lru_cache
 from statistics import NormalDist
 from typing import Mapping, Sequence
 
-from ets.demo.checker import check_steps, parse_answer, parse_equation
+from ets.demo.checker import check_steps, computation, parse_answer, parse_equation
 from ets.demo.task import DemoParseError, Problem, parse_question
 from rewards.base import ProcessRewardModel, RewardError
 
@@ -65,14 +65,6 @@ def step_kind(step: str) -> str:
         return "answer"
     eq = parse_equation(step)
     return "format" if eq is None else STEP_KINDS[eq.op]
-
-
-def computation(step: str) -> str:
-    """What a step computes, without its wording: `a op b = c`, `answer N`, or the step."""
-    n, eq = parse_answer(step), parse_equation(step)
-    if n is not None:
-        return f"answer {n}"
-    return f"{eq.a} {eq.op} {eq.b} = {eq.c}" if eq else step
 
 
 def _half_gap(auc: float) -> float:

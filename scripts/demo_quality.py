@@ -11,8 +11,10 @@ the exact checker, scores every step with the PRM, and prints:
     and within every error category the checker names (ok steps against that category's);
     and the last-step score's AUC, right against wrong answers, within each problem (the
     mean over problems with both): what a vote over the samples relies on; and whether
-    its misses persist along a path (ets/demo/metrics.py `miss_persistence`), which decides
-    whether a tree search that follows its scores recovers from them;
+    its misses persist along a path (ets/demo/metrics.py `miss_persistence`); and how far
+    its verdict on a wrong computation is the same in every path that makes it
+    (`computation_consistency`), which decides whether a tree search that gives width to
+    what scores well piles it on an overrated wrong computation (docs/RESULTS.md);
   - weighted best-of-N: answers weighted by the PRM's last-step score; beside it majority
     vote, the same vote with the exact verifier as PRM, and pass@N (any sample right).
   - the task's shape: steps per reference solution, and the prompt's share of its tokens.
@@ -37,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ets.demo import (POLICY_PATH, PRM_PATH, PROMPT_TEMPLATE, judge_steps, load_test_problems,  # noqa: E402
                       parse_answer, reference_solution)
-from ets.demo.checker import ERRORS  # noqa: E402
+from ets.demo.checker import ERRORS, computation  # noqa: E402
 from ets.app.demo import prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
 from ets.answers.aggregate import choose_answer  # noqa: E402
-from ets.demo.metrics import mean_auc_within, miss_persistence, roc_auc  # noqa: E402
+from ets.demo.metrics import computation_consistency, mean_auc_within, miss_persistence, roc_auc  # noqa: E402
 
 
 def main(argv=None):
@@ -112,6 +114,7 @@ def main(argv=None):
         "problems_right_and_wrong": problems_right_and_wrong,
         "prm_miss_persistence": miss_persistence([t for per_p in labels for t in per_p],
                                                  [t for per_p in scores for t in per_p]),
+        "prm_computation_consistency": computation_consistency(wrong_computations(samples, verdicts, scores)),
         "steps_scored": n_steps,
         "bad_step_rate": bad,
         f"weighted_best_of_{n}": vote_acc(lambda sc, lab: [s[-1] if s else 0.0 for s in sc]),
@@ -142,6 +145,18 @@ def main(argv=None):
     if args.json:
         args.json.write_text(json.dumps({**figures, "auc_by_category": by_category, "bars": bars}, indent=2) + "\n")
     return 0 if all(bars.values()) else 1
+
+
+def wrong_computations(samples, verdicts, scores):
+    """The scores of each problem's wrong computations, one per distinct prefix that makes
+    it (for `computation_consistency`)."""
+    groups = {}
+    for i, (trajs, vs, sc) in enumerate(zip(samples, verdicts, scores)):
+        for steps, per_v, per_s in zip(trajs, vs, sc):
+            for k, (step, v, x) in enumerate(zip(steps, per_v, per_s)):
+                if v != "ok":
+                    groups.setdefault((i, computation(step)), {})[tuple(steps[:k + 1])] = x
+    return [list(g.values()) for g in groups.values()]
 
 
 def shape(problems, tok) -> dict:

@@ -318,7 +318,8 @@ def test_verifier_noise_by_computation_scores_a_computation_alike_in_every_path_
     from ets.demo.metrics import roc_auc
     from ets.demo.spoil import carry_forward, spoil
     from rewards.base import RewardError
-    from rewards.verifier import Verifier, computation
+    from ets.demo.checker import computation
+    from rewards.verifier import Verifier
 
     rng = random.Random(7)
     shared = differ = 0
@@ -344,6 +345,38 @@ def test_verifier_noise_by_computation_scores_a_computation_alike_in_every_path_
     assert abs(auc - 0.8) < 0.05, auc
     with pytest.raises(RewardError, match="noise_by"):
         Verifier(auc=0.7, noise_by="step")
+
+
+def test_computation_consistency_tells_one_verdict_per_computation_from_one_per_path():
+    """The verifier keyed by computation repeats its verdict: 1; keyed by prefix it draws
+    afresh for each path: ~0; too few groups: NaN."""
+    from ets.demo.checker import computation
+    from ets.demo.metrics import computation_consistency
+    from ets.demo.spoil import spoil
+    from rewards.verifier import Verifier
+
+    rng = random.Random(8)
+    questions, trajs, labels = [], [], []
+    for p in problems(120, 27):
+        ref = reference_solution(p, rng)
+        k = rng.randrange(len(ref) - 1)
+        bad = spoil(p, ref[k], rng, ref[:k])
+        # the same wrong step after three different prefixes (the steps before it, reversed, one fewer)
+        prefixes = [ref[:k], ref[:k][::-1], ref[:k][1:]]
+        questions.append(p.question)
+        trajs.append([pre + [bad] for pre in prefixes])
+        labels.append([check_steps(p, t) for t in trajs[-1]])
+    for noise_by, low, high in (("computation", 0.99, 1.0), ("prefix", -0.2, 0.2)):
+        scores = Verifier(auc=0.7, noise_by=noise_by)(questions, trajs)
+        groups = {}
+        for i, (per_t, per_l, per_s) in enumerate(zip(trajs, labels, scores)):
+            for steps, labs, sc in zip(per_t, per_l, per_s):
+                for j, (st, ok, x) in enumerate(zip(steps, labs, sc)):
+                    if not ok:
+                        groups.setdefault((i, computation(st)), {})[tuple(steps[:j + 1])] = x
+        value = computation_consistency([list(g.values()) for g in groups.values()])
+        assert low <= value <= high, (noise_by, value)
+    assert math.isnan(computation_consistency([[0.3, 0.4], [0.5]]))
 
 
 def test_miss_persistence_tells_a_prm_whose_misses_carry_on_from_one_that_judges_each_step_afresh():

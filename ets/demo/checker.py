@@ -75,6 +75,15 @@ def parse_answer(step: str) -> int | None:
     return int(m.group("n")) if m else None
 
 
+def computation(step: str) -> str:
+    """What a step computes, without its wording: `a op b = c`, `answer N`, or the step
+    itself (a step that is neither)."""
+    n, eq = parse_answer(step), parse_equation(step)
+    if n is not None:
+        return f"answer {n}"
+    return f"{eq.a} {eq.op} {eq.b} = {eq.c}" if eq else step.strip()
+
+
 def arithmetic_ok(a: int, op: str, b: int, c: int) -> bool:
     if op == "/":
         return b != 0 and a % b == 0 and a // b == c

@@ -47,3 +47,26 @@ def miss_persistence(labels: Sequence[Sequence[bool]], scores: Sequence[Sequence
     if len(first) < 3 or np.std(first) == 0 or np.std(after) == 0:
         return float("nan")
     return float(np.corrcoef(first, after)[0, 1])
+
+
+def computation_consistency(groups: Iterable[Sequence[float]]) -> float:
+    """How far a PRM's verdict on a computation is the same wherever it meets it: over
+    groups of scores (one group: one problem's wrong computation, e.g. `2960 + 64 = 2024`,
+    scored in different prefixes), the share of the scores' variance, on the probit scale,
+    that the group fixes (1 - pooled within-group variance / total variance). Near 0, each
+    path is judged afresh and a search's many paths through a computation average its
+    mistakes out; near 1, one verdict is repeated, and a search that gives width to what
+    scores well piles it on an overrated wrong computation (docs/RESULTS.md). NaN with
+    fewer than 2 groups of 2 or more."""
+    from statistics import NormalDist
+
+    probit = NormalDist().inv_cdf
+    kept = [np.array([probit(min(max(float(x), 1e-4), 1 - 1e-4)) for x in g]) for g in groups if len(g) >= 2]
+    if len(kept) < 2:
+        return float("nan")
+    values = np.concatenate(kept)
+    total = values.var(ddof=1)
+    if total == 0:
+        return float("nan")
+    within = sum(((g - g.mean()) ** 2).sum() for g in kept) / (len(values) - len(kept))
+    return float(1 - within / total)
