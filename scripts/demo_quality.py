@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ets.demo import (POLICY_PATH, PRM_PATH, PROMPT_TEMPLATE, judge_steps, load_test_problems,  # noqa: E402
                       parse_answer, reference_solution)
-from ets.demo.checker import ERRORS, computation  # noqa: E402
+from ets.demo.checker import ERRORS  # noqa: E402
 from ets.app.demo import prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
 from ets.answers.aggregate import choose_answer  # noqa: E402
@@ -114,7 +114,7 @@ def main(argv=None):
         "problems_right_and_wrong": problems_right_and_wrong,
         "prm_miss_persistence": miss_persistence([t for per_p in labels for t in per_p],
                                                  [t for per_p in scores for t in per_p]),
-        "prm_computation_consistency": computation_consistency(wrong_computations(samples, verdicts, scores)),
+        "prm_computation_consistency": computation_consistency(samples, labels, scores),
         "steps_scored": n_steps,
         "bad_step_rate": bad,
         f"weighted_best_of_{n}": vote_acc(lambda sc, lab: [s[-1] if s else 0.0 for s in sc]),
@@ -145,18 +145,6 @@ def main(argv=None):
     if args.json:
         args.json.write_text(json.dumps({**figures, "auc_by_category": by_category, "bars": bars}, indent=2) + "\n")
     return 0 if all(bars.values()) else 1
-
-
-def wrong_computations(samples, verdicts, scores):
-    """The scores of each problem's wrong computations, one per distinct prefix that makes
-    it (for `computation_consistency`)."""
-    groups = {}
-    for i, (trajs, vs, sc) in enumerate(zip(samples, verdicts, scores)):
-        for steps, per_v, per_s in zip(trajs, vs, sc):
-            for k, (step, v, x) in enumerate(zip(steps, per_v, per_s)):
-                if v != "ok":
-                    groups.setdefault((i, computation(step)), {})[tuple(steps[:k + 1])] = x
-    return [list(g.values()) for g in groups.values()]
 
 
 def shape(problems, tok) -> dict:

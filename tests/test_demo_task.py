@@ -350,7 +350,6 @@ def test_verifier_noise_by_computation_scores_a_computation_alike_in_every_path_
 def test_computation_consistency_tells_one_verdict_per_computation_from_one_per_path():
     """The verifier keyed by computation repeats its verdict: 1; keyed by prefix it draws
     afresh for each path: ~0; too few groups: NaN."""
-    from ets.demo.checker import computation
     from ets.demo.metrics import computation_consistency
     from ets.demo.spoil import spoil
     from rewards.verifier import Verifier
@@ -367,16 +366,10 @@ def test_computation_consistency_tells_one_verdict_per_computation_from_one_per_
         trajs.append([pre + [bad] for pre in prefixes])
         labels.append([check_steps(p, t) for t in trajs[-1]])
     for noise_by, low, high in (("computation", 0.99, 1.0), ("prefix", -0.2, 0.2)):
-        scores = Verifier(auc=0.7, noise_by=noise_by)(questions, trajs)
-        groups = {}
-        for i, (per_t, per_l, per_s) in enumerate(zip(trajs, labels, scores)):
-            for steps, labs, sc in zip(per_t, per_l, per_s):
-                for j, (st, ok, x) in enumerate(zip(steps, labs, sc)):
-                    if not ok:
-                        groups.setdefault((i, computation(st)), {})[tuple(steps[:j + 1])] = x
-        value = computation_consistency([list(g.values()) for g in groups.values()])
+        value = computation_consistency(trajs, labels, Verifier(auc=0.7, noise_by=noise_by)(questions, trajs))
         assert low <= value <= high, (noise_by, value)
-    assert math.isnan(computation_consistency([[0.3, 0.4], [0.5]]))
+    one_group = [[["Sum: 1 + 1 = 3"], ["Ones: 1 * 1 = 1", "Sum: 1 + 1 = 3"]]]      # one wrong computation, 2 prefixes
+    assert math.isnan(computation_consistency(one_group, [[[False], [True, False]]], [[[0.3], [0.9, 0.4]]]))
 
 
 def test_miss_persistence_tells_a_prm_whose_misses_carry_on_from_one_that_judges_each_step_afresh():

@@ -49,19 +49,30 @@ def miss_persistence(labels: Sequence[Sequence[bool]], scores: Sequence[Sequence
     return float(np.corrcoef(first, after)[0, 1])
 
 
-def computation_consistency(groups: Iterable[Sequence[float]]) -> float:
-    """How far a PRM's verdict on a computation is the same wherever it meets it: over
-    groups of scores (one group: one problem's wrong computation, e.g. `2960 + 64 = 2024`,
-    scored in different prefixes), the share of the scores' variance, on the probit scale,
-    that the group fixes (1 - pooled within-group variance / total variance). Near 0, each
-    path is judged afresh and a search's many paths through a computation average its
-    mistakes out; near 1, one verdict is repeated, and a search that gives width to what
-    scores well piles it on an overrated wrong computation (docs/RESULTS.md). NaN with
-    fewer than 2 groups of 2 or more."""
+def computation_consistency(trajectories: Sequence[Sequence[Sequence[str]]], labels: Sequence[Sequence[Sequence[bool]]],
+                            scores: Sequence[Sequence[Sequence[float]]]) -> float:
+    """How far a PRM's verdict on a computation is the same wherever it meets it. Per
+    problem (trajectories, their steps' labels and scores), each wrong computation (e.g.
+    `2960 + 64 = 2024`, `ets.demo.checker.computation`) met in different prefixes is one
+    group of scores, one per distinct prefix; the result is the share of the scores'
+    variance, on the probit scale, that the group fixes (1 - pooled within-group variance
+    / total variance). Near 0, each path is judged afresh and a search's many paths through
+    a computation average its mistakes out; near 1, one verdict is repeated, and a search
+    that gives width to what scores well piles it on an overrated wrong computation
+    (docs/RESULTS.md). NaN with fewer than 2 groups of 2 or more."""
     from statistics import NormalDist
 
+    from ets.demo.checker import computation
+
+    groups: dict = {}
+    for i, (trajs, labs, scs) in enumerate(zip(trajectories, labels, scores)):
+        for steps, per_l, per_s in zip(trajs, labs, scs):
+            for k, (step, ok, x) in enumerate(zip(steps, per_l, per_s)):
+                if not ok:
+                    groups.setdefault((i, computation(step)), {})[tuple(steps[:k + 1])] = x
     probit = NormalDist().inv_cdf
-    kept = [np.array([probit(min(max(float(x), 1e-4), 1 - 1e-4)) for x in g]) for g in groups if len(g) >= 2]
+    kept = [np.array([probit(min(max(float(x), 1e-4), 1 - 1e-4)) for x in g.values()])
+            for g in groups.values() if len(g) >= 2]
     if len(kept) < 2:
         return float("nan")
     values = np.concatenate(kept)
