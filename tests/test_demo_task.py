@@ -213,24 +213,31 @@ def test_verifier_blurred_to_an_auc_scores_right_steps_above_wrong_ones_that_oft
             Verifier(auc=bad)
 
 
+def carried_twins(n: int, seed: int, rng: random.Random, k_below):
+    """`n` problems' (questions, [spoiled twin, reference] per problem, labels per trajectory):
+    the twin goes wrong at a step k < k_below(reference) and carries the mistake on."""
+    from ets.demo.spoil import carry_forward, spoil
+
+    questions, trajs, labels = [], [], []
+    for p in problems(n, seed):
+        ref = reference_solution(p, rng)
+        k = rng.randrange(k_below(ref))
+        twin = carry_forward(ref, k, spoil(p, ref[k], rng, ref[:k]))
+        questions.append(p.question)
+        trajs.append([twin, ref])
+        labels += [check_steps(p, twin), check_steps(p, ref)]
+    return questions, trajs, labels
+
+
 def test_verifier_with_persistence_carries_its_mistakes_along_a_path_at_the_same_auc():
     """`persistence`: the step noise follows an AR(1) along the path, so the dial can model a
     trained PRM whose misses persist (miss persistence ~0.65 at rho 0.8, 0 at rho 0) while
     its step AUC and its prefix-determinism stay as they were; rho 0 is the plain dial."""
     from ets.demo.metrics import miss_persistence, roc_auc
-    from ets.demo.spoil import carry_forward, spoil
     from rewards.base import RewardError
     from rewards.verifier import Verifier
 
-    rng = random.Random(4)
-    questions, trajs, labels = [], [], []
-    for p in problems(200, 23):
-        ref = reference_solution(p, rng)
-        k = rng.randrange(len(ref) // 2)
-        twin = carry_forward(ref, k, spoil(p, ref[k], rng, ref[:k]))
-        questions.append(p.question)
-        trajs.append([twin, ref])
-        labels += [check_steps(p, twin), check_steps(p, ref)]
+    questions, trajs, labels = carried_twins(200, 23, random.Random(4), lambda ref: len(ref) // 2)
     flat_labels = [ok for labs in labels for ok in labs]
     measured = {}
     for rho in (0.0, 0.8):
@@ -288,19 +295,10 @@ def test_verifier_kind_auc_tells_a_kinds_right_and_wrong_steps_apart_at_its_own_
     """`kind_auc`: products at 0.95, every other kind at `auc` (0.65), measured on
     reference solutions and their spoiled twins."""
     from ets.demo.metrics import roc_auc
-    from ets.demo.spoil import carry_forward, spoil
     from rewards.base import RewardError
     from rewards.verifier import Verifier, step_kind
 
-    rng = random.Random(6)
-    questions, trajs, labels = [], [], []
-    for p in problems(300, 25):
-        ref = reference_solution(p, rng)
-        k = rng.randrange(len(ref) - 1)
-        twin = carry_forward(ref, k, spoil(p, ref[k], rng, ref[:k]))
-        questions.append(p.question)
-        trajs.append([twin, ref])
-        labels += [check_steps(p, twin), check_steps(p, ref)]
+    questions, trajs, labels = carried_twins(300, 25, random.Random(6), lambda ref: len(ref) - 1)
     scores = [t for pair in Verifier(auc=0.65, kind_auc={"product": 0.95})(questions, trajs) for t in pair]
     steps = [st for pair in trajs for t in pair for st in t]
     flat = list(zip(steps, [ok for labs in labels for ok in labs], [x for t in scores for x in t]))
