@@ -35,11 +35,15 @@ own AUC: the trained PRM separates right from wrong products far better than rig
 wrong last operations and answers (within a problem, on its best-of-N samples: products
 0.91, sums 0.85, differences, quotients and answers 0.67-0.69).
 
-With `noise_by: computation` a step's draw is keyed by what it computes (`a op b = c`, or
-the answer; `computation`) instead of by its whole prefix: a computation is overrated or
-underrated alike in every path and wording that makes it, as a trained PRM's belief about
-a computation is the same wherever it meets it. Persistence, kind_bias and kind_auc apply
-on top. (Steps in other paths then share draws, so a path's score still depends on the
+With `computation_share` (c, 0 <= c <= 1) a share of a step's noise is keyed by what it
+computes (`a op b = c`, or the answer; `computation`) instead of by its whole prefix: its
+draw is sqrt(c) * (a normal keyed by the computation) + sqrt(1 - c) * (one keyed by the
+prefix), still a standard normal, so a computation is overrated or underrated alike in
+every path and wording that makes it, to the degree c, as a trained PRM's belief about a
+computation is much the same wherever it meets it (`computation_consistency` measures
+that share: the trained demo PRM's is 0.73). c = 0 is the prefix-keyed dial and c = 1 one
+draw per computation, each to the digit. Persistence, kind_bias and kind_auc apply on
+top. (Steps in other paths then share draws, but a path's score still depends on the
 path alone.)
 """
 
@@ -102,7 +106,7 @@ class Verifier(ProcessRewardModel):
 
     def __init__(self, correct: float = 1.0, wrong: float = 0.0, auc: float | None = None, noise_seed: int = 0,
                  persistence: float = 0.0, kind_bias: Mapping[str, float] | None = None,
-                 kind_auc: Mapping[str, float] | None = None, noise_by: str = "prefix"):
+                 kind_auc: Mapping[str, float] | None = None, computation_share: float = 0.0):
         for key, v in (("correct", correct), ("wrong", wrong)):
             if not 0.0 <= float(v) <= 1.0:
                 raise RewardError(f"reward 'verifier': {key}={v!r} must be in [0, 1]")
@@ -115,9 +119,16 @@ class Verifier(ProcessRewardModel):
         self.correct, self.wrong = float(correct), float(wrong)
         self.persistence = float(persistence)
         self.noise_seed = int(noise_seed)
-        if noise_by not in ("prefix", "computation"):
-            raise RewardError(f"reward 'verifier': noise_by={noise_by!r} must be 'prefix' or 'computation'")
-        self.noise_by = noise_by
+        try:
+            share = float(computation_share)
+        except (TypeError, ValueError):
+            share = math.nan
+        if not 0.0 <= share <= 1.0:
+            raise RewardError(f"reward 'verifier': computation_share={computation_share!r} must be a number in [0, 1] "
+                              "(0: a draw per prefix, 1: one per computation)")
+        if share and auc is None:
+            raise RewardError("reward 'verifier': computation_share needs auc (it shares the blurred scores' noise)")
+        self.computation_share = share
         self.kind_bias = _kind_mapping("kind_bias", kind_bias, auc)
         kind_auc = _kind_mapping("kind_auc", kind_auc, auc)
         for kind, value in kind_auc.items():
@@ -149,15 +160,27 @@ class Verifier(ProcessRewardModel):
         scores, z = [], None
         for step, ok in zip(steps, right):
             digest.update(b"\x00" + step.encode())  # the prefix so far: one running hash
-            if self.noise_by == "computation":   # one draw per computation, wherever it is met
-                key = f"{self.noise_seed}\x00{question}\x00{computation(step)}\x00{ok}"
-                draw = hashlib.blake2b(key.encode(), digest_size=8)
-            else:
-                draw = digest.copy()
-            u = (int.from_bytes(draw.digest(), "big") + 0.5) / 2**64
-            own = normal.inv_cdf(u)
+            own = self._mixed_draw(digest, question, step, ok)
             z = own if z is None or not rho else rho * z + math.sqrt(1 - rho * rho) * own
             kind = step_kind(step) if self.kind_bias or self.kind_half_gap else None
             half_gap = self.kind_half_gap.get(kind, self.half_gap)
             scores.append(normal.cdf((half_gap if ok else -half_gap) + z + self.kind_bias.get(kind, 0.0)))
         return scores
+
+    def _mixed_draw(self, prefix_digest, question: str, step: str, ok: bool) -> float:
+        """This step's own standard normal: keyed by its prefix, its computation, or a mix."""
+        share = self.computation_share
+        by_prefix = by_computation = 0.0
+        if share < 1.0:
+            by_prefix = _normal_of(prefix_digest.copy())
+        if share > 0.0:  # one draw per computation, wherever and however it is written
+            key = f"{self.noise_seed}\x00{question}\x00{computation(step)}\x00{ok}"
+            by_computation = _normal_of(hashlib.blake2b(key.encode(), digest_size=8))
+        if share in (0.0, 1.0):  # exactly one of the draws, to the digit
+            return by_computation if share else by_prefix
+        return math.sqrt(share) * by_computation + math.sqrt(1.0 - share) * by_prefix
+
+
+def _normal_of(digest) -> float:
+    """A standard normal from a hash: its 64 bits as a uniform in (0, 1), through Phi^-1."""
+    return NormalDist().inv_cdf((int.from_bytes(digest.digest(), "big") + 0.5) / 2**64)

@@ -309,8 +309,8 @@ def test_verifier_kind_auc_tells_a_kinds_right_and_wrong_steps_apart_at_its_own_
         Verifier(auc=0.7, kind_auc={"answer": 0.4})
 
 
-def test_verifier_noise_by_computation_scores_a_computation_alike_in_every_path_and_wording():
-    """`noise_by: computation`: two reference solutions of one problem (other orders, other
+def test_verifier_computation_share_1_scores_a_computation_alike_in_every_path_and_wording():
+    """`computation_share: 1`: two reference solutions of one problem (other orders, other
     wordings) score every computation they share the same; keyed by prefix they do not.
     The step AUC is still the one asked for."""
     from ets.demo.metrics import roc_auc
@@ -329,7 +329,7 @@ def test_verifier_noise_by_computation_scores_a_computation_alike_in_every_path_
         questions.append(p.question)
         trajs.append([one, two, twin])
         labels += [check_steps(p, t) for t in (one, two, twin)]
-        by_comp = Verifier(auc=0.7, noise_by="computation")([p.question], [[one, two]])[0]
+        by_comp = Verifier(auc=0.7, computation_share=1)([p.question], [[one, two]])[0]
         by_prefix = Verifier(auc=0.7)([p.question], [[one, two]])[0]
         first = {computation(st): (x, y) for st, x, y in zip(one, by_comp[0], by_prefix[0])}
         for st, x, y in zip(two, by_comp[1], by_prefix[1]):
@@ -338,16 +338,21 @@ def test_verifier_noise_by_computation_scores_a_computation_alike_in_every_path_
                 assert x == first[computation(st)][0]
                 differ += y != first[computation(st)][1]
     assert shared > 100 and differ > 0.9 * shared
-    scores = [t for per_p in Verifier(auc=0.8, noise_by="computation")(questions, trajs) for t in per_p]
-    auc = roc_auc([ok for labs in labels for ok in labs], [x for t in scores for x in t])
-    assert abs(auc - 0.8) < 0.05, auc
-    with pytest.raises(RewardError, match="noise_by"):
-        Verifier(auc=0.7, noise_by="step")
+    for share in (1.0, 0.5):
+        scores = [t for per_p in Verifier(auc=0.8, computation_share=share)(questions, trajs) for t in per_p]
+        auc = roc_auc([ok for labs in labels for ok in labs], [x for t in scores for x in t])
+        assert abs(auc - 0.8) < 0.05, (share, auc)
+    for bad in (1.5, -0.1, "half"):
+        with pytest.raises(RewardError, match="computation_share"):
+            Verifier(auc=0.7, computation_share=bad)
+    with pytest.raises(RewardError, match="needs auc"):
+        Verifier(computation_share=0.5)
 
 
 def test_computation_consistency_tells_one_verdict_per_computation_from_one_per_path():
     """The verifier keyed by computation repeats its verdict: 1; keyed by prefix it draws
-    afresh for each path: ~0; too few groups: NaN."""
+    afresh for each path: ~0; keyed 3/4 by computation: ~0.75, the share the dial sets;
+    too few groups: NaN."""
     from ets.demo.metrics import computation_consistency
     from ets.demo.spoil import spoil
     from rewards.verifier import Verifier
@@ -363,9 +368,9 @@ def test_computation_consistency_tells_one_verdict_per_computation_from_one_per_
         questions.append(p.question)
         trajs.append([pre + [bad] for pre in prefixes])
         labels.append([check_steps(p, t) for t in trajs[-1]])
-    for noise_by, low, high in (("computation", 0.99, 1.0), ("prefix", -0.2, 0.2)):
-        value = computation_consistency(trajs, labels, Verifier(auc=0.7, noise_by=noise_by)(questions, trajs))
-        assert low <= value <= high, (noise_by, value)
+    for share, low, high in ((1.0, 0.99, 1.0), (0.0, -0.2, 0.2), (0.75, 0.6, 0.9)):
+        value = computation_consistency(trajs, labels, Verifier(auc=0.7, computation_share=share)(questions, trajs))
+        assert low <= value <= high, (share, value)
     one_group = [[["Sum: 1 + 1 = 3"], ["Ones: 1 * 1 = 1", "Sum: 1 + 1 = 3"]]]      # one wrong computation, 2 prefixes
     assert math.isnan(computation_consistency(one_group, [[[False], [True, False]]], [[[0.3], [0.9, 0.4]]]))
 
