@@ -14,7 +14,9 @@ the exact checker, scores every step with the PRM, and prints:
     its misses persist along a path (ets/demo/metrics.py `miss_persistence`); and how far
     its verdict on a wrong computation is the same in every path that makes it
     (`computation_consistency`), which decides whether a tree search that gives width to
-    what scores well piles it on an overrated wrong computation (docs/RESULTS.md);
+    what scores well piles it on an overrated wrong computation (docs/RESULTS.md); and
+    so the AUC over a problem's distinct computations, each counted once however many
+    samples make it (`computation_auc`, the mean within a problem);
   - weighted best-of-N: answers weighted by the PRM's last-step score; beside it majority
     vote, the same vote with the exact verifier as PRM, and pass@N (any sample right).
   - the task's shape: steps per reference solution, and the prompt's share of its tokens.
@@ -43,7 +45,7 @@ from ets.demo.checker import ERRORS  # noqa: E402
 from ets.app.demo import prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
 from ets.answers.aggregate import choose_answer  # noqa: E402
-from ets.demo.metrics import computation_consistency, mean_auc_within, miss_persistence, roc_auc  # noqa: E402
+from ets.demo.metrics import computation_auc, computation_consistency, mean_auc_within, miss_persistence, roc_auc  # noqa: E402
 
 
 def main(argv=None):
@@ -110,11 +112,12 @@ def main(argv=None):
         "single_sample_accuracy": single,
         "first_sample_accuracy": first,
         "prm_step_auc": auc,
-        "prm_answer_auc_within_problem": float("nan") if answer_auc is None else answer_auc,
+        "prm_answer_auc_within_problem": _or_nan(answer_auc),
         "problems_right_and_wrong": problems_right_and_wrong,
         "prm_miss_persistence": miss_persistence([t for per_p in labels for t in per_p],
                                                  [t for per_p in scores for t in per_p]),
         "prm_computation_consistency": computation_consistency(samples, labels, scores),
+        "prm_computation_auc_within": _or_nan(computation_auc(samples, labels, scores)[0]),
         "steps_scored": n_steps,
         "bad_step_rate": bad,
         f"weighted_best_of_{n}": vote_acc(lambda sc, lab: [s[-1] if s else 0.0 for s in sc]),
@@ -145,6 +148,10 @@ def main(argv=None):
     if args.json:
         args.json.write_text(json.dumps({**figures, "auc_by_category": by_category, "bars": bars}, indent=2) + "\n")
     return 0 if all(bars.values()) else 1
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
 
 
 def shape(problems, tok) -> dict:

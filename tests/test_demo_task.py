@@ -375,6 +375,37 @@ def test_computation_consistency_tells_one_verdict_per_computation_from_one_per_
     assert math.isnan(computation_consistency(one_group, [[[False], [True, False]]], [[[0.3], [0.9, 0.4]]]))
 
 
+def test_computation_auc_counts_each_computation_once_however_many_paths_make_it():
+    """A wrong computation met in ten paths and scored low, another met in one path and
+    overrated: the step AUC (~0.91) hides the overrated one, the computation AUC (0.5)
+    does not. The keyed dial's computation AUC is the AUC it was set to."""
+    from ets.demo.metrics import computation_auc, roc_auc
+    from ets.demo.spoil import spoil
+    from rewards.verifier import Verifier
+
+    trajs = [[f"Part {i}: 2 * 3 = 6\n", "Sum: 6 + 1 = 8\n"] for i in range(10)] + [["Part: 2 * 4 = 9\n"]]
+    labels = [[True, False]] * 10 + [[False]]
+    scores = [[0.9, 0.1]] * 10 + [[0.95]]
+    steps_auc = roc_auc([ok for labs in labels for ok in labs], [x for sc in scores for x in sc])
+    assert abs(steps_auc - 10 / 11) < 1e-9
+    assert computation_auc([trajs], [labels], [scores]) == (0.5, 1)
+    assert computation_auc([trajs[:10]], [labels[:10]], [[[0.9, 0.1]] * 10]) == (1.0, 1)
+
+    rng = random.Random(9)
+    questions, batch, labs = [], [], []
+    for p in problems(60, 28):
+        paths = []
+        for _ in range(6):
+            ref = reference_solution(p, rng)
+            k = rng.randrange(len(ref) - 1)
+            paths += [ref, ref[:k] + [spoil(p, ref[k], rng, ref[:k])]]
+        questions.append(p.question)
+        batch.append(paths)
+        labs.append([check_steps(p, t) for t in paths])
+    value, count = computation_auc(batch, labs, Verifier(auc=0.8, computation_share=1)(questions, batch))
+    assert count == 60 and abs(value - 0.8) < 0.05, value
+
+
 def test_miss_persistence_tells_a_prm_whose_misses_carry_on_from_one_that_judges_each_step_afresh():
     """The verifier blurred to an AUC judges each step afresh: ~0. A PRM that scores the
     steps after a wrong one as it scored that one (here: the same score plus a little

@@ -81,3 +81,26 @@ def computation_consistency(trajectories: Sequence[Sequence[Sequence[str]]], lab
         return float("nan")
     within = sum(((g - g.mean()) ** 2).sum() for g in kept) / (len(values) - len(kept))
     return float(1 - within / total)
+
+
+def computation_auc(trajectories: Sequence[Sequence[Sequence[str]]], labels: Sequence[Sequence[Sequence[bool]]],
+                    scores: Sequence[Sequence[Sequence[float]]]) -> tuple[float | None, int]:
+    """How often a PRM is wrong about a *computation*, not a step: per problem, each
+    distinct computation (`ets.demo.checker.computation`) with its label is scored by the
+    mean of its scores over the distinct prefixes it was met in, and the result is the mean
+    within-problem ROC AUC of the right computations against the wrong ones (with the count
+    of problems that had both), as `mean_auc_within`. A step AUC counts a computation once
+    per path that makes it; a search that gives width to what scores well meets each of its
+    computations once per path too, but is misled once per computation the PRM overrates,
+    so this is the AUC that says how far it can be trusted (docs/RESULTS.md)."""
+    from ets.demo.checker import computation
+
+    groups = []
+    for trajs, labs, scs in zip(trajectories, labels, scores):
+        met: dict = {}
+        for steps, per_l, per_s in zip(trajs, labs, scs):
+            for k, (step, ok, x) in enumerate(zip(steps, per_l, per_s)):
+                met.setdefault((computation(step), bool(ok)), {})[tuple(steps[:k + 1])] = float(x)
+        keys = list(met)
+        groups.append(([ok for _, ok in keys], [float(np.mean(list(met[key].values()))) for key in keys]))
+    return mean_auc_within(groups)
