@@ -45,6 +45,14 @@ that share: the trained demo PRM's is 0.73). c = 0 is the prefix-keyed dial and 
 draw per computation, each to the digit. Persistence, kind_bias and kind_auc apply on
 top. (Steps in other paths then share draws, but a path's score still depends on the
 path alone.)
+
+With `error_auc` (a mapping from an error the checker names, one of ERRORS: arithmetic,
+operand, inherited, answer, format, to an AUC) the wrong steps of that error are told from
+right steps at that AUC only, whatever the rest: a PRM blind to one kind of mistake. The
+trained demo PRM tells a problem's right computations from its wrong operands (a count
+paired with another item's part, a digit misread) at 0.71, from its other errors at
+0.91-0.96 (docs/RESULTS.md), and it is that blind spot, repeated in every path through a
+misread operand, that a tree search meets.
 """
 
 from __future__ import annotations
@@ -55,7 +63,7 @@ from functools import lru_cache
 from statistics import NormalDist
 from typing import Mapping, Sequence
 
-from ets.demo.checker import check_steps, computation, parse_answer, parse_equation
+from ets.demo.checker import ERRORS, computation, judge_steps, parse_answer, parse_equation
 from ets.demo.task import DemoParseError, Problem, parse_question
 from rewards.base import ProcessRewardModel, RewardError
 
@@ -76,22 +84,23 @@ def _half_gap(auc: float) -> float:
     return math.sqrt(2) * NormalDist().inv_cdf(auc) / 2
 
 
-def _kind_mapping(option: str, value, auc) -> dict[str, float]:
-    """`value` checked as a mapping from step kinds to numbers (an empty one if None)."""
+def _kind_mapping(option: str, value, auc, kinds=(*STEP_KINDS.values(), "answer", "format"),
+                  what: str = "step kinds") -> dict[str, float]:
+    """`value` checked as a mapping from `kinds` (step kinds by default) to numbers (an
+    empty one if None)."""
     if value is None:
         return {}
-    kinds = (*STEP_KINDS.values(), "answer", "format")
     if not isinstance(value, Mapping):
         raise RewardError(f"reward 'verifier': {option}={value!r} must be a mapping such as {{product: 0.9}}")
     if value and auc is None:
         raise RewardError(f"reward 'verifier': {option} needs auc (it changes the blurred scores)")
     unknown = sorted(set(value) - set(kinds))
     if unknown:
-        raise RewardError(f"reward 'verifier': {option} has unknown step kinds {unknown}; use {', '.join(kinds)}")
+        raise RewardError(f"reward 'verifier': {option} has unknown {what} {unknown}; use {', '.join(kinds)}")
     try:
         return {k: float(v) for k, v in value.items()}
     except (TypeError, ValueError):
-        raise RewardError(f"reward 'verifier': {option}={dict(value)!r} must map step kinds to numbers") from None
+        raise RewardError(f"reward 'verifier': {option}={dict(value)!r} must map {', '.join(kinds)} to numbers") from None
 
 
 @lru_cache(maxsize=4096)
@@ -106,7 +115,8 @@ class Verifier(ProcessRewardModel):
 
     def __init__(self, correct: float = 1.0, wrong: float = 0.0, auc: float | None = None, noise_seed: int = 0,
                  persistence: float = 0.0, kind_bias: Mapping[str, float] | None = None,
-                 kind_auc: Mapping[str, float] | None = None, computation_share: float = 0.0):
+                 kind_auc: Mapping[str, float] | None = None, computation_share: float = 0.0,
+                 error_auc: Mapping[str, float] | None = None):
         for key, v in (("correct", correct), ("wrong", wrong)):
             if not 0.0 <= float(v) <= 1.0:
                 raise RewardError(f"reward 'verifier': {key}={v!r} must be in [0, 1]")
@@ -135,6 +145,11 @@ class Verifier(ProcessRewardModel):
             if not 0.5 < value < 1.0:
                 raise RewardError(f"reward 'verifier': kind_auc[{kind!r}]={value!r} must be above 0.5 and below 1")
         self.kind_half_gap = {kind: _half_gap(value) for kind, value in kind_auc.items()}
+        error_auc = _kind_mapping("error_auc", error_auc, auc, ERRORS, "errors")
+        for error, value in error_auc.items():
+            if not 0.0 < value < 1.0:
+                raise RewardError(f"reward 'verifier': error_auc[{error!r}]={value!r} must be above 0 and below 1")
+        self.error_gap = {error: 2 * _half_gap(value) for error, value in error_auc.items()}
         self.half_gap = None if auc is None else _half_gap(float(auc))
 
     def score(
@@ -148,23 +163,30 @@ class Verifier(ProcessRewardModel):
                 problem = _problem(question)
             except DemoParseError as exc:
                 raise RewardError(f"reward 'verifier' scores demo questions only: {exc}") from exc
-            out.append([self._scores(question, list(steps), check_steps(problem, list(steps))) for steps in trajs])
+            out.append([self._scores(question, list(steps), judge_steps(problem, list(steps))) for steps in trajs])
         return out
 
-    def _scores(self, question: str, steps: list[str], right: list[bool]) -> list[float]:
+    def _scores(self, question: str, steps: list[str], verdicts: list[str]) -> list[float]:
         if self.half_gap is None:
-            return [self.correct if ok else self.wrong for ok in right]
+            return [self.correct if v == "ok" else self.wrong for v in verdicts]
         normal = NormalDist()
         digest = hashlib.blake2b(f"{self.noise_seed}\x00{question}".encode(), digest_size=8)
         rho = self.persistence
         scores, z = [], None
-        for step, ok in zip(steps, right):
+        for step, verdict in zip(steps, verdicts):
+            ok = verdict == "ok"
             digest.update(b"\x00" + step.encode())  # the prefix so far: one running hash
             own = self._mixed_draw(digest, question, step, ok)
             z = own if z is None or not rho else rho * z + math.sqrt(1 - rho * rho) * own
             kind = step_kind(step) if self.kind_bias or self.kind_half_gap else None
             half_gap = self.kind_half_gap.get(kind, self.half_gap)
-            scores.append(normal.cdf((half_gap if ok else -half_gap) + z + self.kind_bias.get(kind, 0.0)))
+            if ok:
+                mean = half_gap
+            elif verdict in self.error_gap:   # right steps (at +half_gap) outscore these at error_auc
+                mean = half_gap - self.error_gap[verdict]
+            else:
+                mean = -half_gap
+            scores.append(normal.cdf(mean + z + self.kind_bias.get(kind, 0.0)))
         return scores
 
     def _mixed_draw(self, prefix_digest, question: str, step: str, ok: bool) -> float:

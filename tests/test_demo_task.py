@@ -309,6 +309,30 @@ def test_verifier_kind_auc_tells_a_kinds_right_and_wrong_steps_apart_at_its_own_
         Verifier(auc=0.7, kind_auc={"answer": 0.4})
 
 
+def test_verifier_error_auc_is_blind_to_one_error_at_its_own_auc():
+    """`error_auc: {operand: 0.7}`: right steps outscore the checker's operand errors at
+    0.7 and its other errors at `auc` (0.95), on reference solutions and their spoiled
+    twins; unknown errors are refused."""
+    from ets.demo.checker import judge_steps
+    from ets.demo.metrics import roc_auc
+    from rewards.base import RewardError
+    from rewards.verifier import Verifier
+
+    questions, trajs, _ = carried_twins(400, 29, random.Random(10), lambda ref: len(ref) - 1)
+    scores = [t for pair in Verifier(auc=0.95, error_auc={"operand": 0.7})(questions, trajs) for t in pair]
+    verdicts = [v for q, pair in zip(questions, trajs) for t in pair
+                for v in judge_steps(parse_question(q), t)]
+    flat = list(zip(verdicts, [x for t in scores for x in t]))
+    right = [x for v, x in flat if v == "ok"]
+    for error, target in (("operand", 0.7), ("inherited", 0.95)):
+        wrong = [x for v, x in flat if v == error]
+        assert len(wrong) > 50, error
+        auc = roc_auc([True] * len(right) + [False] * len(wrong), right + wrong)
+        assert abs(auc - target) < 0.04, (error, auc)
+    with pytest.raises(RewardError, match="error_auc"):
+        Verifier(auc=0.7, error_auc={"product": 0.7})
+
+
 def test_verifier_computation_share_1_scores_a_computation_alike_in_every_path_and_wording():
     """`computation_share: 1`: two reference solutions of one problem (other orders, other
     wordings) score every computation they share the same; keyed by prefix they do not.
