@@ -16,7 +16,9 @@ the exact checker, scores every step with the PRM, and prints:
     (`computation_consistency`), which decides whether a tree search that gives width to
     what scores well piles it on an overrated wrong computation (docs/RESULTS.md); and
     so the AUC over a problem's distinct computations, each counted once however many
-    samples make it (`computation_auc`, the mean within a problem);
+    samples make it (`computation_auc`, the mean within a problem); and the weight REBASE's
+    softmax (T 0.2) puts on partial paths with no wrong step yet, per problem and depth,
+    beside their plain share (`rebase_steering`);
   - weighted best-of-N: answers weighted by the PRM's last-step score; beside it majority
     vote, the same vote with the exact verifier as PRM, and pass@N (any sample right).
   - the task's shape: steps per reference solution, and the prompt's share of its tokens.
@@ -45,7 +47,8 @@ from ets.demo.checker import ERRORS  # noqa: E402
 from ets.app.demo import prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
 from ets.answers.aggregate import choose_answer  # noqa: E402
-from ets.demo.metrics import computation_auc, computation_consistency, mean_auc_within, miss_persistence, roc_auc  # noqa: E402
+from ets.demo.metrics import (computation_auc, computation_consistency, mean_auc_within,  # noqa: E402
+                              miss_persistence, rebase_steering, roc_auc)
 
 
 def main(argv=None):
@@ -118,6 +121,7 @@ def main(argv=None):
                                                  [t for per_p in scores for t in per_p]),
         "prm_computation_consistency": computation_consistency(samples, labels, scores),
         "prm_computation_auc_within": _or_nan(computation_auc(samples, labels, scores)[0]),
+        **dict(zip(("prm_rebase_weight_on_right", "right_paths_plain_share"), rebase_steering(samples, labels, scores))),
         "steps_scored": n_steps,
         "bad_step_rate": bad,
         f"weighted_best_of_{n}": vote_acc(lambda sc, lab: [s[-1] if s else 0.0 for s in sc]),

@@ -430,6 +430,26 @@ def test_computation_auc_counts_each_computation_once_however_many_paths_make_it
     assert count == 60 and abs(value - 0.8) < 0.05, value
 
 
+def test_rebase_steering_weighs_paths_as_rebase_does_not_by_rank():
+    """Two PRMs that rank every path alike (AUC 1) steer REBASE's softmax (T 0.2) very
+    differently: scores 0.9 / 0.1 put nearly all the weight on the right paths, scores
+    0.51 / 0.49 barely more than their plain share. Groups are per depth, paths distinct."""
+    from ets.demo.metrics import rebase_steering, roc_auc
+
+    trajs = [[["A: 1 + 1 = 2\n", "B: 2 + 2 = 4\n"], ["A: 1 + 1 = 3\n", "B: 3 + 3 = 6\n"],
+              ["A: 1 + 2 = 3\n", "B: 3 + 1 = 5\n"]]]
+    labels = [[[True, True], [False, False], [True, False]]]
+    for high, low, at_least, at_most in ((0.9, 0.1, 0.95, 1.0), (0.51, 0.49, 0.5, 0.56)):
+        scores = [[[high if ok else low for ok in labs] for labs in labels[0]]]
+        flat = [(ok, x) for labs, sc in zip(labels[0], scores[0]) for ok, x in zip(labs, sc)]
+        assert roc_auc([ok for ok, _ in flat], [x for _, x in flat]) == 1.0
+        weight, plain, groups = rebase_steering(trajs, labels, scores)
+        # depth 0: 2 of 3 right; depth 1: 1 of 3 right
+        assert groups == 2 and abs(plain - (2 / 3 + 1 / 3) / 2) < 1e-9
+        assert at_least <= weight <= at_most, (high, low, weight)
+    assert rebase_steering([trajs[0][:1]], [labels[0][:1]], [[[0.9, 0.9]]])[2] == 0   # no group with both
+
+
 def test_miss_persistence_tells_a_prm_whose_misses_carry_on_from_one_that_judges_each_step_afresh():
     """The verifier blurred to an AUC judges each step afresh: ~0. A PRM that scores the
     steps after a wrong one as it scored that one (here: the same score plus a little

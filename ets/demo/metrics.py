@@ -104,3 +104,34 @@ def computation_auc(trajectories: Sequence[Sequence[Sequence[str]]], labels: Seq
         keys = list(met)
         groups.append(([ok for _, ok in keys], [float(np.mean(list(met[key].values()))) for key in keys]))
     return mean_auc_within(groups)
+
+
+def rebase_steering(trajectories: Sequence[Sequence[Sequence[str]]], labels: Sequence[Sequence[Sequence[bool]]],
+                    scores: Sequence[Sequence[Sequence[float]]], temperature: float = 0.2) -> tuple[float, float, int]:
+    """How far a PRM steers REBASE toward right partial paths, in REBASE's own terms. Per
+    problem and depth, the distinct partial paths of the samples are weighed as REBASE
+    weighs its nodes (softmax of the newest step's score / `temperature`, 0.2 by default
+    as in the config); the result is the mean weight on the paths with no wrong step yet,
+    the mean plain share of those paths, and the count of (problem, depth) groups that
+    had both. A rank AUC does not see this: a PRM that tells 0.1 from 0.3 well but puts
+    overrated wrong paths at 0.97 among right ones at 0.97 ranks well and steers little
+    (docs/RESULTS.md)."""
+    weighted, plain = [], []
+    for trajs, labs, scs in zip(trajectories, labels, scores):
+        by_depth: dict = {}
+        for steps, per_l, per_s in zip(trajs, labs, scs):
+            clean = True
+            for k, (ok, x) in enumerate(zip(per_l, per_s)):
+                clean = clean and bool(ok)
+                by_depth.setdefault(k, {})[tuple(steps[:k + 1])] = (clean, float(x))
+        for paths in by_depth.values():
+            right = np.array([c for c, _ in paths.values()])
+            if right.all() or not right.any():
+                continue
+            s = np.array([x for _, x in paths.values()])
+            w = np.exp((s - s.max()) / temperature)
+            weighted.append(w[right].sum() / w.sum())
+            plain.append(right.mean())
+    if not plain:
+        return float("nan"), float("nan"), 0
+    return float(np.mean(weighted)), float(np.mean(plain)), len(plain)
