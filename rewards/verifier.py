@@ -46,6 +46,12 @@ draw per computation, each to the digit. Persistence, kind_bias and kind_auc app
 top. (Steps in other paths then share draws, but a path's score still depends on the
 path alone.)
 
+With `trust_accepted_values: true` it trusts the wrong values it accepted, as a PRM that
+judges each step against the values before it does: a wrong step the dial scored above
+0.5 has its value accepted, and a step built only on accepted wrong values (the checker's
+`inherited`, the answer included) is scored as a right step. One overrated mistake then
+makes the whole path after it look right, in every path that builds on it.
+
 With `error_auc` (a mapping from an error the checker names, one of ERRORS: arithmetic,
 operand, inherited, answer, format, to an AUC) the wrong steps of that error are told from
 right steps at that AUC only, whatever the rest: a PRM blind to one kind of mistake. The
@@ -116,7 +122,7 @@ class Verifier(ProcessRewardModel):
     def __init__(self, correct: float = 1.0, wrong: float = 0.0, auc: float | None = None, noise_seed: int = 0,
                  persistence: float = 0.0, kind_bias: Mapping[str, float] | None = None,
                  kind_auc: Mapping[str, float] | None = None, computation_share: float = 0.0,
-                 error_auc: Mapping[str, float] | None = None):
+                 error_auc: Mapping[str, float] | None = None, trust_accepted_values: bool = False):
         for key, v in (("correct", correct), ("wrong", wrong)):
             if not 0.0 <= float(v) <= 1.0:
                 raise RewardError(f"reward 'verifier': {key}={v!r} must be in [0, 1]")
@@ -150,6 +156,11 @@ class Verifier(ProcessRewardModel):
             if not 0.0 < value < 1.0:
                 raise RewardError(f"reward 'verifier': error_auc[{error!r}]={value!r} must be above 0 and below 1")
         self.error_gap = {error: 2 * _half_gap(value) for error, value in error_auc.items()}
+        if not isinstance(trust_accepted_values, bool):
+            raise RewardError(f"reward 'verifier': trust_accepted_values={trust_accepted_values!r} must be true or false")
+        if trust_accepted_values and auc is None:
+            raise RewardError("reward 'verifier': trust_accepted_values needs auc (the exact scores accept no wrong value)")
+        self.trust_accepted_values = trust_accepted_values
         self.half_gap = None if auc is None else _half_gap(float(auc))
 
     def score(
@@ -173,6 +184,7 @@ class Verifier(ProcessRewardModel):
         digest = hashlib.blake2b(f"{self.noise_seed}\x00{question}".encode(), digest_size=8)
         rho = self.persistence
         scores, z = [], None
+        accepted: dict[int, bool] = {}            # a value a wrong step computed -> was that step scored above 0.5
         for step, verdict in zip(steps, verdicts):
             ok = verdict == "ok"
             digest.update(b"\x00" + step.encode())  # the prefix so far: one running hash
@@ -180,14 +192,26 @@ class Verifier(ProcessRewardModel):
             z = own if z is None or not rho else rho * z + math.sqrt(1 - rho * rho) * own
             kind = step_kind(step) if self.kind_bias or self.kind_half_gap else None
             half_gap = self.kind_half_gap.get(kind, self.half_gap)
-            if ok:
+            trusted = self.trust_accepted_values and verdict == "inherited" and self._on_accepted(step, accepted)
+            if ok or trusted:
                 mean = half_gap
             elif verdict in self.error_gap:   # right steps (at +half_gap) outscore these at error_auc
                 mean = half_gap - self.error_gap[verdict]
             else:
                 mean = -half_gap
-            scores.append(normal.cdf(mean + z + self.kind_bias.get(kind, 0.0)))
+            x = mean + z + self.kind_bias.get(kind, 0.0)
+            if not ok and self.trust_accepted_values and (eq := parse_equation(step)) is not None:
+                accepted.setdefault(eq.c, x > 0)
+            scores.append(normal.cdf(x))
         return scores
+
+    @staticmethod
+    def _on_accepted(step: str, accepted: dict[int, bool]) -> bool:
+        """Whether the wrong values this step uses (operands, or the answer) were all accepted."""
+        eq, answer = parse_equation(step), parse_answer(step)
+        used = (eq.a, eq.b) if eq is not None else (answer,) if answer is not None else ()
+        known = [accepted[v] for v in used if v in accepted]
+        return bool(known) and all(known)
 
     def _mixed_draw(self, prefix_digest, question: str, step: str, ok: bool) -> float:
         """This step's own standard normal: keyed by its prefix, its computation, or a mix."""

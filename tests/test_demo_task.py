@@ -333,6 +333,37 @@ def test_verifier_error_auc_is_blind_to_one_error_at_its_own_auc():
         Verifier(auc=0.7, error_auc={"product": 0.7})
 
 
+def test_verifier_trust_accepted_values_scores_what_builds_on_an_accepted_mistake_as_right():
+    """`trust_accepted_values`: after a spoiled step the dial scored above 0.5, the first
+    step built on its value scores like a right step (mean probit +d/2); after one it
+    rejected, like a wrong one (-d/2). Without the option both sit at -d/2."""
+    from statistics import NormalDist
+    from ets.demo.checker import judge_steps
+    from rewards.base import RewardError
+    from rewards.verifier import Verifier
+
+    probit = NormalDist().inv_cdf
+    half = math.sqrt(2) * probit(0.8) / 2
+    questions, trajs, _ = carried_twins(300, 30, random.Random(11), lambda ref: len(ref) - 3)
+    for trust in (True, False):
+        after = {True: [], False: []}            # was the first wrong step accepted -> probits of inherited steps
+        for q, pair in zip(questions, trajs):
+            twin = pair[0]
+            verdicts = judge_steps(parse_question(q), twin)
+            scores = Verifier(auc=0.8, trust_accepted_values=trust)([q], [[twin]])[0][0]
+            k = next(i for i, v in enumerate(verdicts) if v != "ok")
+            # the first step built on it: the only wrong value it can use is the spoiled step's
+            first = next((i for i in range(k + 1, len(twin)) if verdicts[i] == "inherited"), None)
+            if first is not None:
+                after[scores[k] > 0.5].append(probit(scores[first]))
+        assert min(map(len, after.values())) > 40, {key: len(v) for key, v in after.items()}
+        mean_accepted, mean_rejected = (sum(v) / len(v) for v in (after[True], after[False]))
+        assert abs(mean_rejected + half) < 0.15, mean_rejected
+        assert abs(mean_accepted - (half if trust else -half)) < 0.15, (trust, mean_accepted)
+    with pytest.raises(RewardError, match="trust_accepted_values"):
+        Verifier(trust_accepted_values=True)
+
+
 def test_verifier_computation_share_1_scores_a_computation_alike_in_every_path_and_wording():
     """`computation_share: 1`: two reference solutions of one problem (other orders, other
     wordings) score every computation they share the same; keyed by prefix they do not.
