@@ -57,8 +57,9 @@ operand, inherited, answer, format, to an AUC) the wrong steps of that error are
 right steps at that AUC only, whatever the rest: a PRM blind to one kind of mistake. The
 trained demo PRM tells a problem's right computations from its wrong operands (a count
 paired with another item's part, a digit misread) at 0.71, from its other errors at
-0.91-0.96 (docs/RESULTS.md), and it is that blind spot, repeated in every path through a
-misread operand, that a tree search meets.
+0.91-0.96; that blind spot alone, even repeated per computation, does not make REBASE
+lose, trusting the values it accepted does (docs/RESULTS.md, "Matched on the trained
+PRM's figures one by one").
 """
 
 from __future__ import annotations
