@@ -49,6 +49,20 @@ def miss_persistence(labels: Sequence[Sequence[bool]], scores: Sequence[Sequence
     return float(np.corrcoef(first, after)[0, 1])
 
 
+def distinct_prefixes(trajectories: Sequence[Sequence[str]], labels: Sequence[Sequence[bool]],
+                      scores: Sequence[Sequence[float]]) -> dict[tuple[str, ...], tuple[bool, bool, float]]:
+    """One problem's samples as their distinct partial paths: prefix (the steps up to and
+    including its newest) -> (newest step right?, no wrong step yet?, newest step's score).
+    A prefix met in several samples counts once: a search meets it once."""
+    out: dict[tuple[str, ...], tuple[bool, bool, float]] = {}
+    for steps, per_l, per_s in zip(trajectories, labels, scores):
+        clean = True
+        for k, (ok, x) in enumerate(zip(per_l, per_s)):
+            clean = clean and bool(ok)
+            out[tuple(steps[:k + 1])] = (bool(ok), clean, float(x))
+    return out
+
+
 def computation_consistency(trajectories: Sequence[Sequence[Sequence[str]]], labels: Sequence[Sequence[Sequence[bool]]],
                             scores: Sequence[Sequence[Sequence[float]]]) -> float:
     """How far a PRM's verdict on a computation is the same wherever it meets it. Per
@@ -65,14 +79,12 @@ def computation_consistency(trajectories: Sequence[Sequence[Sequence[str]]], lab
     from ets.demo.checker import computation
 
     groups: dict = {}
-    for i, (trajs, labs, scs) in enumerate(zip(trajectories, labels, scores)):
-        for steps, per_l, per_s in zip(trajs, labs, scs):
-            for k, (step, ok, x) in enumerate(zip(steps, per_l, per_s)):
-                if not ok:
-                    groups.setdefault((i, computation(step)), {})[tuple(steps[:k + 1])] = x
+    for i, problem in enumerate(zip(trajectories, labels, scores)):
+        for prefix, (ok, _, x) in distinct_prefixes(*problem).items():
+            if not ok:
+                groups.setdefault((i, computation(prefix[-1])), []).append(x)
     probit = NormalDist().inv_cdf
-    kept = [np.array([probit(min(max(float(x), 1e-4), 1 - 1e-4)) for x in g.values()])
-            for g in groups.values() if len(g) >= 2]
+    kept = [np.array([probit(min(max(x, 1e-4), 1 - 1e-4)) for x in g]) for g in groups.values() if len(g) >= 2]
     if len(kept) < 2:
         return float("nan")
     values = np.concatenate(kept)
@@ -96,13 +108,11 @@ def computation_auc(trajectories: Sequence[Sequence[Sequence[str]]], labels: Seq
     from ets.demo.checker import computation
 
     groups = []
-    for trajs, labs, scs in zip(trajectories, labels, scores):
+    for problem in zip(trajectories, labels, scores):
         met: dict = {}
-        for steps, per_l, per_s in zip(trajs, labs, scs):
-            for k, (step, ok, x) in enumerate(zip(steps, per_l, per_s)):
-                met.setdefault((computation(step), bool(ok)), {})[tuple(steps[:k + 1])] = float(x)
-        keys = list(met)
-        groups.append(([ok for _, ok in keys], [float(np.mean(list(met[key].values()))) for key in keys]))
+        for prefix, (ok, _, x) in distinct_prefixes(*problem).items():
+            met.setdefault((computation(prefix[-1]), ok), []).append(x)
+        groups.append(([ok for _, ok in met], [float(np.mean(xs)) for xs in met.values()]))
     return mean_auc_within(groups)
 
 
@@ -117,18 +127,15 @@ def rebase_steering(trajectories: Sequence[Sequence[Sequence[str]]], labels: Seq
     overrated wrong paths at 0.97 among right ones at 0.97 ranks well and steers little
     (docs/RESULTS.md)."""
     weighted, plain = [], []
-    for trajs, labs, scs in zip(trajectories, labels, scores):
+    for problem in zip(trajectories, labels, scores):
         by_depth: dict = {}
-        for steps, per_l, per_s in zip(trajs, labs, scs):
-            clean = True
-            for k, (ok, x) in enumerate(zip(per_l, per_s)):
-                clean = clean and bool(ok)
-                by_depth.setdefault(k, {})[tuple(steps[:k + 1])] = (clean, float(x))
+        for prefix, (_, clean, x) in distinct_prefixes(*problem).items():
+            by_depth.setdefault(len(prefix), []).append((clean, x))
         for paths in by_depth.values():
-            right = np.array([c for c, _ in paths.values()])
+            right = np.array([c for c, _ in paths])
             if right.all() or not right.any():
                 continue
-            s = np.array([x for _, x in paths.values()])
+            s = np.array([x for _, x in paths])
             w = np.exp((s - s.max()) / temperature)
             weighted.append(w[right].sum() / w.sum())
             plain.append(right.mean())
