@@ -193,7 +193,8 @@ class Verifier(ProcessRewardModel):
             z = own if z is None or not rho else rho * z + math.sqrt(1 - rho * rho) * own
             kind = step_kind(step) if self.kind_bias or self.kind_half_gap else None
             half_gap = self.kind_half_gap.get(kind, self.half_gap)
-            trusted = self.trust_accepted_values and verdict == "inherited" and self._on_accepted(step, accepted)
+            eq = parse_equation(step) if self.trust_accepted_values else None
+            trusted = self.trust_accepted_values and verdict == "inherited" and _on_accepted(step, eq, accepted)
             if ok or trusted:
                 mean = half_gap
             elif verdict in self.error_gap:   # right steps (at +half_gap) outscore these at error_auc
@@ -201,18 +202,10 @@ class Verifier(ProcessRewardModel):
             else:
                 mean = -half_gap
             x = mean + z + self.kind_bias.get(kind, 0.0)
-            if not ok and self.trust_accepted_values and (eq := parse_equation(step)) is not None:
+            if not ok and eq is not None:
                 accepted.setdefault(eq.c, x > 0)
             scores.append(normal.cdf(x))
         return scores
-
-    @staticmethod
-    def _on_accepted(step: str, accepted: dict[int, bool]) -> bool:
-        """Whether the wrong values this step uses (operands, or the answer) were all accepted."""
-        eq, answer = parse_equation(step), parse_answer(step)
-        used = (eq.a, eq.b) if eq is not None else (answer,) if answer is not None else ()
-        known = [accepted[v] for v in used if v in accepted]
-        return bool(known) and all(known)
 
     def _mixed_draw(self, prefix_digest, question: str, step: str, ok: bool) -> float:
         """This step's own standard normal: keyed by its prefix, its computation, or a mix."""
@@ -226,6 +219,15 @@ class Verifier(ProcessRewardModel):
         if share in (0.0, 1.0):  # exactly one of the draws, to the digit
             return by_computation if share else by_prefix
         return math.sqrt(share) * by_computation + math.sqrt(1.0 - share) * by_prefix
+
+
+def _on_accepted(step: str, eq, accepted: dict[int, bool]) -> bool:
+    """Whether the wrong values this step uses (its equation `eq`'s operands, or its answer)
+    were all accepted."""
+    answer = parse_answer(step) if eq is None else None
+    used = (eq.a, eq.b) if eq is not None else (answer,) if answer is not None else ()
+    known = [accepted[v] for v in used if v in accepted]
+    return bool(known) and all(known)
 
 
 def _normal_of(digest) -> float:
