@@ -5,7 +5,8 @@ Both answer the same question, "the output rows at these positions of these sequ
     logits_at(sequences, positions) -> [tensor[len(positions[i]), len(columns)] for each i]
 
 where `columns` are the output columns the PRM reads (e.g. the ids of "+" and "-"), so
-neither path keeps a vocabulary-wide tensor per step. Both count what they computed:
+neither path keeps a vocabulary-wide tensor per step; `columns=None` reads every column
+(a PRM that needs its LM's log-probabilities: rewards/surprise.py). Both count what they computed:
 `computed_tokens` (tokens run through the model) and `cache_hit_tokens` (tokens whose
 KV came from a prefix cache instead; always 0 for the plain forward).
 """
@@ -46,11 +47,11 @@ class ForwardBackend:
     tokens (one sequence per batch if it is longer than that).
     """
 
-    def __init__(self, model, columns: Sequence[int], pad_id: int, padding_side: str = "right", max_batch_tokens: int = 8192):
+    def __init__(self, model, columns: Sequence[int] | None, pad_id: int, padding_side: str = "right", max_batch_tokens: int = 8192):
         if padding_side not in ("left", "right"):
             raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
         self.model = model
-        self.columns = torch.tensor(list(columns), dtype=torch.long)
+        self.columns = _columns(columns)
         self.pad_id = pad_id
         self.padding_side = padding_side
         self.max_batch_tokens = max_batch_tokens
@@ -59,7 +60,7 @@ class ForwardBackend:
         self._stats = {"computed_tokens": 0, "padded_tokens": 0, "cache_hit_tokens": 0, "forward_calls": 0}
 
     @classmethod
-    def for_tokenizer(cls, model, tokenizer, columns: Sequence[int], padding_side: str | None = None,
+    def for_tokenizer(cls, model, tokenizer, columns: Sequence[int] | None, padding_side: str | None = None,
                       max_batch_tokens: int = 8192) -> "ForwardBackend":
         """Padding as the tokenizer does it (its pad id, else EOS; its side unless given)."""
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -120,12 +121,23 @@ class ForwardBackend:
         logits = out.logits if hasattr(out, "logits") else out[0]     # [B, T or K, V]
         # One gather of the rows asked for, then the columns read: [N, C].
         picked = logits[want_rows.to(logits.device), want_cols.to(logits.device)]
-        picked = picked.index_select(-1, self.columns.to(logits.device)).float().cpu()
+        picked = _read_columns(picked, self.columns)
         real = int(lengths.sum())
         self._stats["computed_tokens"] += real
         self._stats["padded_tokens"] += ids.numel() - real
         self._stats["forward_calls"] += 1
         return list(picked.split(counts))
+
+
+def _columns(columns: Sequence[int] | None) -> torch.Tensor | None:
+    return None if columns is None else torch.tensor(list(columns), dtype=torch.long)
+
+
+def _read_columns(rows: torch.Tensor, columns: torch.Tensor | None) -> torch.Tensor:
+    """The columns read of every row ([N, V] -> [N, C]; all of them when None), in fp32 on the CPU."""
+    if columns is not None:
+        rows = rows.index_select(-1, columns.to(rows.device))
+    return rows.float().cpu()
 
 
 def _flat_index(lengths: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,11 +178,11 @@ class EngineBackend:
     policy's (share_policy_engine), whose figures then count the policy too.
     """
 
-    def __init__(self, engine, columns: Sequence[int], max_cached_rows: int = 1 << 16, min_shared_tokens: int = 8,
+    def __init__(self, engine, columns: Sequence[int] | None, max_cached_rows: int = 1 << 16, min_shared_tokens: int = 8,
                  owns_engine: bool = True):
         self.engine = engine
         self.owns_engine = owns_engine
-        self.columns = torch.tensor(list(columns), dtype=torch.long)
+        self.columns = _columns(columns)
         self.max_cached_rows = max_cached_rows
         self.min_shared_tokens = min_shared_tokens
         self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()
@@ -223,7 +235,8 @@ class EngineBackend:
             self._remember(k, row)
         counts = [len(p) for p in positions]
         if not sum(counts):
-            return [torch.zeros((0, len(self.columns))) for _ in positions]
+            width = self.engine.model.config.vocab_size if self.columns is None else len(self.columns)
+            return [torch.zeros((0, width)) for _ in positions]
         # One stack of every row asked for, split per sequence.
         flat = torch.stack([rows[ks[p]] for ks, pos in zip(keys, positions) for p in pos])
         return list(flat.split(counts))
@@ -239,7 +252,7 @@ class EngineBackend:
         self._stats["forward_calls"] += 1
         # The columns read, for every row of the call at once: [N, C].
         flat = torch.cat(out)
-        flat = flat.index_select(-1, self.columns.to(flat.device)).float().cpu()
+        flat = _read_columns(flat, self.columns)
         digests = [d for seq, pos in zip(sequences, positions) for d in _prefix_digests(seq, pos)]
         rows.update(zip(digests, flat.unbind(0)))
 

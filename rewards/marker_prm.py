@@ -15,7 +15,7 @@ positive label); value-head PRMs replace the softmax by a sigmoid of one output.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -77,6 +77,11 @@ class MarkerPRM(ProcessRewardModel):
         return self.encode_batch(items)
 
     def score(self, questions, trajectories):
+        return self.read_round(questions, trajectories, self.read)
+
+    def read_round(self, questions, trajectories, read: Callable[[torch.Tensor, int, list[int], list[int]], Any]):
+        """`read(rows, n_steps, ids, positions)` of every non-empty trajectory, after one
+        batched tokenization and one backend call for the whole round ([] for an empty one)."""
         items, where = [], []
         for q, (question, trajs) in enumerate(zip(questions, trajectories)):
             for t, steps in enumerate(trajs):
@@ -93,10 +98,15 @@ class MarkerPRM(ProcessRewardModel):
             raise RewardError(f"reward {self.name!r}, question {q} trajectory {t}: {exc}") from exc
         sequences = [ids for ids, _ in encoded]
         positions = [pos for _, pos in encoded]
-        rows = self.backend.logits_at(sequences, positions)     # each [n_steps, n_columns]
-        for (q, t), r in zip(where, rows):
-            scores[q][t] = self.probabilities(r)
+        rows = self.backend.logits_at(sequences, positions)     # each [n_positions, n_columns]
+        for (q, t), (_, steps), (ids, pos), r in zip(where, items, encoded, rows):
+            scores[q][t] = read(r, len(steps), ids, pos)
         return scores
+
+    def read(self, rows: torch.Tensor, n_steps: int, ids: list[int], positions: list[int]) -> list[float]:
+        """One score per step from the rows read at `positions` of `ids`; the first
+        `n_steps` are the markers' (a subclass may read more positions: `tokenize`)."""
+        return self.probabilities(rows)
 
     def probabilities(self, rows: torch.Tensor) -> list[float]:
         """One score per step from the rows read at its markers (`[n_steps, n_columns]`)."""

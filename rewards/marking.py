@@ -38,13 +38,15 @@ class MarkerError(ValueError):
 class MarkedText(NamedTuple):
     text: str
     spans: list[tuple[int, int]]    # [start, end) character span of each step's marker
+    steps: list[tuple[int, int]] | None = None   # [start, end) of each step's own text, where known
 
 
 def mark_steps(head: str, steps: Sequence[str], marker: str, between: str, tail: str = "") -> MarkedText:
     """`head + step0 + marker + between + step1 + marker + ... + tail`, with marker spans."""
     if not steps:
-        return MarkedText(head + tail, [])
-    return join_marked([head + steps[0], *(between + s for s in steps[1:]), tail], marker)
+        return MarkedText(head + tail, [], [])
+    marked = join_marked([head + steps[0], *(between + s for s in steps[1:]), tail], marker)
+    return marked._replace(steps=[(a - len(s), a) for s, (a, _) in zip(steps, marked.spans)])
 
 
 def join_marked(pieces: Sequence[str], marker: str) -> MarkedText:
@@ -107,6 +109,12 @@ def tokenize_marked_batch(tokenizer, marked: Sequence[MarkedText], marker_id: in
     """`tokenize_marked` of each text, in one batched tokenizer call (a fast tokenizer
     encodes the batch in Rust; the tokens of a text do not depend on the others in its
     batch). Identical texts are tokenized once. A `MarkerError` names its text's `index`."""
+    return [(ids, positions) for ids, positions, _ in tokenize_marked_offsets(tokenizer, marked, marker_id, add_special_tokens)]
+
+
+def tokenize_marked_offsets(tokenizer, marked: Sequence[MarkedText], marker_id: int,
+                            add_special_tokens: bool) -> list[tuple[list[int], list[int], list]]:
+    """`tokenize_marked_batch`, with each text's token character offsets as well."""
     unique: dict[str, int] = {}
     for m in marked:
         unique.setdefault(m.text, len(unique))
@@ -118,7 +126,7 @@ def tokenize_marked_batch(tokenizer, marked: Sequence[MarkedText], marker_id: in
     for i, m in enumerate(marked):
         u = unique[m.text]
         try:
-            out.append(_locate_markers(list(all_ids[u]), all_offsets[u], m.spans, marker_id))
+            out.append((*_locate_markers(list(all_ids[u]), all_offsets[u], m.spans, marker_id), all_offsets[u]))
         except MarkerError as exc:
             exc.index = i
             raise

@@ -16,6 +16,9 @@ own engine (its own KV pool, so the policy's KV figures stay the policy's); with
 `share_policy_engine: true` and the policy's model it scores on the policy's engine
 instead, saving a copy of the weights.
 
+Option `surprise` ({tag, step, path, bias}) reads the PRM's verdict together with its own
+LM's surprise at each step's numbers (rewards/surprise.py); the demo config sets it.
+
 Memory: the PRM's own pool is sized by its own key, `reward.options.kv_budget_tokens`
 (None: the engine's default, `ets.engine.DEFAULT_KV_TOKENS`), never by the policy's
 `policy.kv_budget_tokens`: it is a second cache beside the policy's, and `stats()`
@@ -25,14 +28,19 @@ shows as `reward_stats`.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
+
+import torch
 
 from ets.config import ConfigError
 from rewards.backends import EngineBackend, ForwardBackend, ScoringBackend
 from rewards.marker_prm import MarkerPRM
-from rewards.marking import MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id
+from rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id,
+                             tokenize_marked_offsets)
 from rewards.options import RewardContext, choice
+from rewards.surprise import SurpriseReadout, number_rows, number_token_ids, step_surprise
 
 BACKENDS = ("auto", "engine", "forward")
 
@@ -53,8 +61,10 @@ class StepTagOptions:
     share_policy_engine: bool = False  # same model as the policy: score on the policy's engine
     device: str | None = None         # default: the policy's
     dtype: str | None = None          # default: the policy's
+    surprise: Any = None              # {tag, step, path, bias}: also read the LM's surprise (rewards/surprise.py)
 
     def __post_init__(self) -> None:
+        SurpriseReadout.parse(self.surprise)
         if not self.tag:
             raise ValueError("option 'tag' must be a non-empty string, e.g. ' ки'")
         split_template(self.template, "template")
@@ -69,6 +79,7 @@ class StepTagOptions:
 
 class StepTagPRM(MarkerPRM):
     Options = StepTagOptions
+    readout: SurpriseReadout | None = None     # option `surprise`; subclasses without it read the tag alone
 
     def __init__(self, tokenizer, options: StepTagOptions, make_backend: Callable[[list[int]], ScoringBackend], name: str = "step_tag"):
         # Resolve the three tokens before `make_backend` loads any weights: a wrong tag
@@ -81,7 +92,11 @@ class StepTagPRM(MarkerPRM):
             raise ConfigError(f"reward {name!r}: {exc}") from exc
         self.options = options
         self._head, self._tail = split_template(options.template, "template")
-        super().__init__(name, tokenizer, make_backend([good, bad]), tag_id, positive=0,
+        self.readout = SurpriseReadout.parse(options.surprise)
+        self._good_bad = [good, bad]
+        # The surprise needs whole rows of logits (log-softmax over the vocabulary).
+        self._numbers = number_token_ids(tokenizer) if self.readout else frozenset()
+        super().__init__(name, tokenizer, make_backend(None if self.readout else [good, bad]), tag_id, positive=0,
                          add_special_tokens=options.add_special_tokens)
 
     def render(self, question: str, steps: list[str]) -> MarkedText:
@@ -89,6 +104,39 @@ class StepTagPRM(MarkerPRM):
         steps = [clean_step(s, o.tag, o.strip_steps) for s in steps]
         return mark_steps(self._head.replace("{question}", question), steps, o.tag, o.step_separator,
                           self._tail.replace("{question}", question))
+
+    def tokenize(self, marked: list[MarkedText]) -> list[tuple[list[int], list[int]]]:
+        """With `surprise`: after the tags, the positions whose rows predict each step's numbers."""
+        if self.readout is None:
+            return super().tokenize(marked)
+        out = []
+        for (ids, tags, offsets), m in zip(tokenize_marked_offsets(self.tokenizer, marked, self.marker_id,
+                                                                    self.add_special_tokens), marked):
+            rows = number_rows(ids, offsets, m.steps, self._numbers)
+            out.append((ids, tags + [p for per_step in rows for p in per_step]))
+        return out
+
+    def read(self, rows: torch.Tensor, n_steps: int, ids: list[int], positions: list[int]) -> list[float]:
+        if self.readout is None:
+            return super().read(rows, n_steps, ids, positions)
+        return self.readout.scores(*self._features(rows, n_steps, ids, positions))
+
+    def surprise_features(self, questions, trajectories) -> list[list[tuple[list[float], list[float]]]]:
+        """out[q][t] = (each step's tag logit difference, each step's surprise s_k): what
+        the readout combines, for fitting its weights (scripts/fit_prm_surprise.py).
+        Needs the option `surprise` set (any weights: they are not used here)."""
+        if self.readout is None:
+            raise ValueError("surprise_features needs the option 'surprise' (the rows it reads)")
+        return self.read_round(questions, trajectories, self._features)
+
+    def _features(self, rows, n_steps, ids, positions) -> tuple[list[float], list[float]]:
+        tags, numbers = positions[:n_steps], positions[n_steps:]
+        tag_rows = rows[:n_steps, self._good_bad].float()
+        # A number row belongs to the step after the last tag at or before it.
+        per_step = [0] * n_steps
+        for p in numbers:
+            per_step[bisect_right(tags, p)] += 1
+        return (tag_rows[:, 0] - tag_rows[:, 1]).tolist(), step_surprise(rows[n_steps:], ids, numbers, per_step)
 
     @classmethod
     def from_model(cls, model, tokenizer, options: StepTagOptions | None = None, engine=None, name: str = "step_tag"):

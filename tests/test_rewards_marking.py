@@ -88,8 +88,11 @@ def merging_tokenizer():
 def test_join_marked_puts_a_marker_between_pieces():
     marked = join_marked(["Q? a", "\nb", ""], " ки")
     assert marked.text == "Q? a ки\nb ки" and marked.spans == [(4, 7), (9, 12)]
-    assert join_marked(["only"], "+") == ("only", [])
-    assert mark_steps("H", [], "+", "\n", "T") == ("HT", [])
+    assert join_marked(["only"], "+")[:2] == ("only", [])
+    assert mark_steps("H", [], "+", "\n", "T")[:2] == ("HT", [])
+    # mark_steps also knows where each step's own text is (the surprise readout needs it)
+    marked = mark_steps("Q? ", ["a", "bc"], " ки", "\n")
+    assert marked.text == "Q? a ки\nbc ки" and [marked.text[a:b] for a, b in marked.steps] == ["a", "bc"]
 
 
 def test_pieces_keep_a_marker_that_the_whole_text_merges():
