@@ -5,7 +5,9 @@
 
 Samples `--samples` solutions per problem from the policy at temperature 1.0 (on the KV
 engine, each sample its own seeded stream: ets/app/samples.py), labels every step with
-the exact checker, scores every step with the PRM, and prints:
+the exact checker, scores every step with the PRM as the demo config reads it (its tag
+and, with `reward.options.surprise` set there, its LM's surprise: rewards/surprise.py;
+`--tag-only` reads the tag alone), and prints:
   - single-sample accuracy: the mean over all samples (and over the first sample only);
   - PRM step-level ROC AUC against the checker's labels (test problems: held out), overall
     and within every error category the checker names (ok steps against that category's);
@@ -44,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ets.demo import (POLICY_PATH, PRM_PATH, PROMPT_TEMPLATE, judge_steps, load_test_problems,  # noqa: E402
                       parse_answer, reference_solution)
 from ets.demo.checker import ERRORS  # noqa: E402
-from ets.app.demo import prm_scores  # noqa: E402
+from ets.app.demo import demo_surprise, prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
 from ets.answers.aggregate import choose_answer  # noqa: E402
 from ets.demo.metrics import (computation_auc, computation_consistency, mean_auc_within,  # noqa: E402
@@ -59,6 +61,7 @@ def main(argv=None):
     ap.add_argument("--samples", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tag-only", action="store_true", help="read the PRM's tag alone, not the demo config's readout")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)
 
@@ -75,7 +78,8 @@ def main(argv=None):
 
     samples = sample_solutions(policy, policy_tok, questions, n=args.samples, temperature=1.0, seed=args.seed)
     t_sample = time.time() - t0
-    scores = prm_scores(prm, prm_tok, questions, samples)
+    surprise = None if args.tag_only else demo_surprise()
+    scores = prm_scores(prm, prm_tok, questions, samples, surprise=surprise)
     verdicts = [[judge_steps(p, s) for s in trajs] for p, trajs in zip(problems, samples)]
     labels = [[[v == "ok" for v in per_t] for per_t in per_p] for per_p in verdicts]
 
@@ -110,6 +114,7 @@ def main(argv=None):
         return hits / len(problems)
 
     figures = {
+        "prm_readout": "tag and surprise " + json.dumps(surprise) if surprise else "tag alone",
         "problems": len(problems),
         "samples_per_problem": n,
         "single_sample_accuracy": single,

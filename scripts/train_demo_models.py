@@ -27,6 +27,10 @@ thread in fp32 on an AVX512-BF16 CPU; `--threads 1 --no-bf16` for the slow exact
    predict "+" (good step) or "-" (bad step), plus the LM loss on the tokens of the correct
    steps (keeps the policy's arithmetic). The last 10% of the policy samples are held out
    and give the PRM's step AUC.
+5. Surprise readout: the weights that read the PRM's tag together with its LM's surprise
+   at each step's numbers (rewards/surprise.py), fitted on the policy's samples of 100
+   validation-split problems (`fit_demo_surprise`; alone: scripts/fit_prm_surprise.py);
+   they go into ets/demo/demo.yaml by hand (printed, and kept in training.json).
 Both checkpoints are saved in Hugging Face format (safetensors) with their tokenizer.
 `--stage policy` / `--stage prm` run the two halves separately (prm reuses OUT/policy, or
 `--policy-from` a snapshot that `--snapshots` saved at every evaluation). The shipped run
@@ -53,9 +57,10 @@ from ets.demo import (BAD_TOKEN, CHECKPOINTS, GOOD_TOKEN, PROMPT_TEMPLATE, STEP_
                       generate_problem, generate_split, is_correct_solution, reference_solution, split_of)
 from ets.demo.spoil import spoiled_twins  # noqa: E402
 from ets.demo.metrics import roc_auc  # noqa: E402
-from ets.app.demo import prm_scores  # noqa: E402
+from ets.app.demo import fit_demo_surprise, prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
 from ets.demo.hf import prm_text, single_token_id  # noqa: E402
+from rewards.surprise import WEIGHTS  # noqa: E402
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 
@@ -407,11 +412,16 @@ def main(argv=None):
     scores = prm_scores(prm, tok, [d[0] for d in val], [[d[1]] for d in val])
     auc = roc_auc([ok for d in val for ok in d[2]], [s for sc in scores for s in sc[0]])
     save(prm, tok, args.out / "prm")
-    total = time.time() - t0
     log(f"PRM step AUC on held-out train-split samples: {auc:.3f}")
+    readout, fit = fit_demo_surprise(policy, tok, prm, tok)
+    weights = {k: round(getattr(readout, k), 4) for k in WEIGHTS}
+    log(f"surprise readout (ets/demo/demo.yaml reward.options.surprise): {weights}; in-sample step AUC on "
+        f"{fit['steps']} validation steps: tag {fit['auc_tag']:.3f}, readout {fit['auc_readout']:.3f}")
+    total = time.time() - t0
     info = dict(vars(args), out=_shown(args.out), policy_from=args.policy_from and _shown(args.policy_from),
                 policy_seconds=round(t_policy), prm_data_seconds=round(t_data),
-                prm_seconds=round(t_prm), total_seconds=round(total), prm_val_auc=round(auc, 4))
+                prm_seconds=round(t_prm), total_seconds=round(total), prm_val_auc=round(auc, 4),
+                prm_surprise=weights)
     (args.out / "training.json").write_text(json.dumps(info, indent=2) + "\n")
     log(f"done in {total / 60:.1f} min; checkpoints in {args.out}")
 

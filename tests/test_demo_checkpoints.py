@@ -5,7 +5,7 @@ import torch
 
 from ets.demo import (BAD_TOKEN, GOOD_TOKEN, POLICY_PATH, PRM_PATH, STEP_TAG, check_steps,
                       is_correct_solution, parse_question)
-from ets.app.demo import prm_scores
+from ets.app.demo import demo_surprise, fit_demo_surprise, prm_scores
 from ets.demo.hf import sample_solutions
 
 # An easy demo problem (two items, no last operation; one of the shipped test problems).
@@ -68,3 +68,24 @@ def test_prm_flags_hand_made_errors(loaded):
              ["8 pens at 378 dollars, the hundreds: 8 * 300 = 2400"]]             # another item's price
     scores = prm_scores(model, tok, [EASY], [wrong])[0]
     assert all(s[-1] < 0.5 for s in scores), scores
+
+
+def test_the_demo_readout_catches_slips_the_tag_alone_misses(loaded):
+    """The demo config reads the PRM's tag with its LM's surprise (rewards/surprise.py)."""
+    model, tok = loaded["prm"]
+    wrong = [[GOOD[0], "8 pens at 217 dollars, the tens: 8 * 10 = 90"],          # a slip
+             GOOD[:2] + ["Pens, hundreds and tens: 1600 + 80 = 1780"],            # a carry
+             GOOD[:2] + ["Pens, hundreds and tens: 1600 + 90 = 1690"]]            # a miscopied operand
+    tag = prm_scores(model, tok, [EASY], [wrong])[0]
+    read = prm_scores(model, tok, [EASY], [wrong], surprise=demo_surprise())[0]
+    assert tag[1][-1] > 0.5                      # the tag alone passes the carry ...
+    assert all(s[-1] < 0.5 for s in read), read  # ... the readout flags all three
+    [[right]] = prm_scores(model, tok, [EASY], [[GOOD]], surprise=demo_surprise())
+    assert min(right) > 0.5, right
+
+
+def test_fit_demo_surprise_fits_on_validation_samples_and_beats_the_tag_in_sample(loaded):
+    """scripts/fit_prm_surprise.py's fit, small: 6 problems x 4 samples of the validation split."""
+    readout, figures = fit_demo_surprise(*loaded["policy"], *loaded["prm"], problems=6, samples=4)
+    assert figures["steps"] > 50 and 0 < figures["wrong_steps"] < figures["steps"]
+    assert readout.tag > 0 and figures["auc_readout"] >= figures["auc_tag"] - 0.01

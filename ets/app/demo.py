@@ -97,14 +97,56 @@ def demo_title(rows: Sequence[dict[str, Any]], width: int, seeds: Sequence[int] 
             f"({', '.join(map(str, seeds))}){spread}{shared}")
 
 
-def prm_scores(model, tok, questions: Sequence[str], trajectories: Sequence[Sequence[Sequence[str]]],
-               ) -> list[list[list[float]]]:
-    """scores[q][t][s] = P(step s of trajectory t of question q is good), computed by the
-    same `step_tag` built-in the search uses (plain forward), so the quality bars measure
-    exactly what a search sees."""
+def demo_surprise() -> dict[str, float] | None:
+    """The readout weights the demo config gives its PRM (`reward.options.surprise`)."""
+    return demo_config().reward.options.get("surprise")
+
+
+def prm_model(model, tok, surprise: dict[str, float] | None = None):
+    """The demo PRM as the `step_tag` built-in the search uses (plain forward); with
+    `surprise`, read with its LM's surprise (rewards/surprise.py)."""
     # imported here: the rest of this module runs in `ets demo`'s driver, which needs no torch
     # (its runs go to worker processes), and importing it there held up their start by ~2.5 s
     from rewards.step_tag import StepTagOptions, StepTagPRM
 
-    options = StepTagOptions(tag=STEP_TAG, good_token=GOOD_TOKEN, bad_token=BAD_TOKEN, backend="forward")
-    return StepTagPRM.from_model(model, tok, options).score(questions, trajectories)
+    options = StepTagOptions(tag=STEP_TAG, good_token=GOOD_TOKEN, bad_token=BAD_TOKEN, backend="forward",
+                             surprise=surprise)
+    return StepTagPRM.from_model(model, tok, options)
+
+
+def prm_scores(model, tok, questions: Sequence[str], trajectories: Sequence[Sequence[Sequence[str]]],
+               surprise: dict[str, float] | None = None) -> list[list[list[float]]]:
+    """scores[q][t][s] = P(step s of trajectory t of question q is good), computed by the
+    same `step_tag` built-in the search uses, so the quality bars measure exactly what a
+    search sees (pass `demo_surprise()` for the demo config's readout; None: the tag alone)."""
+    return prm_model(model, tok, surprise).score(questions, trajectories)
+
+
+def fit_demo_surprise(policy, policy_tok, prm, prm_tok, problems: int = 100, samples: int = 16, seed: int = 7):
+    """Fit the demo PRM's surprise readout (rewards/surprise.py) on the policy's samples of
+    `problems` validation-split problems (T=1.0, streams seeded by `seed`), every step
+    labelled by the exact checker. Returns (readout, figures): the step count and the
+    in-sample step AUC of the tag alone and of the readout."""
+    from ets.app.samples import sample_solutions
+    from ets.demo import generate_split, judge_steps
+    from ets.demo.metrics import roc_auc
+    from rewards.surprise import WEIGHTS, fit_readout, readout_features
+
+    chosen = generate_split("validation", problems, 0)
+    questions = [p.question for p in chosen]
+    drawn = sample_solutions(policy, policy_tok, questions, n=samples, temperature=1.0, seed=seed)
+    # Any weights: only the rows the readout reads matter here.
+    reader = prm_model(prm, prm_tok, surprise=dict.fromkeys(WEIGHTS, 0.0))
+    reads, good = [], []
+    for p, trajs, per_traj in zip(chosen, drawn, reader.surprise_features(questions, drawn)):
+        for steps, read in zip(trajs, per_traj):
+            if steps:
+                reads.append(read)
+                good += [v == "ok" for v in judge_steps(p, steps)]
+    readout = fit_readout([f for read in reads for f in readout_features(*read)], good)
+    figures = {
+        "steps": len(good), "wrong_steps": good.count(False),
+        "auc_tag": roc_auc(good, [x for logits, _ in reads for x in logits]),
+        "auc_readout": roc_auc(good, [x for read in reads for x in readout.scores(*read)]),
+    }
+    return readout, figures
