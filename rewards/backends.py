@@ -204,7 +204,7 @@ class EngineBackend:
                 "owns_engine": self.owns_engine}
 
     def logits_at(self, sequences, positions):
-        keys = [dict(zip(p, _prefix_digests(s, p))) for s, p in zip(sequences, positions)]
+        keys = [dict(zip(p, prefix_digests(s, p))) for s, p in zip(sequences, positions)]
         rows = {k: self._rows[k] for ks in keys for k in ks.values() if k in self._rows}
         self._stats["memo_rows"] += len(rows)
 
@@ -253,7 +253,7 @@ class EngineBackend:
         # The columns read, for every row of the call at once: [N, C].
         flat = torch.cat(out)
         flat = _read_columns(flat, self.columns)
-        digests = [d for seq, pos in zip(sequences, positions) for d in _prefix_digests(seq, pos)]
+        digests = [d for seq, pos in zip(sequences, positions) for d in prefix_digests(seq, pos)]
         rows.update(zip(digests, flat.unbind(0)))
 
     def _engine_counts(self) -> dict[str, int]:
@@ -274,7 +274,7 @@ def _starting_with(ordered: list[list[int]], prefix: list[int]) -> range:
     return range(lo, bisect_left(ordered, prefix + [_AFTER_ANY_TOKEN], lo))
 
 
-def _prefix_digests(tokens: list[int], positions: list[int]) -> list[bytes]:
+def prefix_digests(tokens: list[int], positions: list[int]) -> list[bytes]:
     """A digest of tokens[:p+1] for each p (one incremental pass over the tokens)."""
     h = hashlib.blake2b(digest_size=16)
     out, done = {}, 0

@@ -29,13 +29,14 @@ shows as `reward_stats`.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 from ets.config import ConfigError
-from rewards.backends import EngineBackend, ForwardBackend, ScoringBackend
+from rewards.backends import EngineBackend, ForwardBackend, ScoringBackend, prefix_digests
 from rewards.marker_prm import MarkerPRM
 from rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id,
                              tokenize_marked_offsets)
@@ -43,6 +44,7 @@ from rewards.options import RewardContext, choice
 from rewards.surprise import SurpriseReadout, number_rows, number_token_ids, step_surprise
 
 BACKENDS = ("auto", "engine", "forward")
+MAX_MEMO_STEPS = 1 << 18       # steps whose surprise the readout remembers (a few MB)
 
 
 @dataclass
@@ -96,6 +98,11 @@ class StepTagPRM(MarkerPRM):
         self._good_bad = [good, bad]
         # The surprise needs whole rows of logits (log-softmax over the vocabulary).
         self._numbers = number_token_ids(tokenizer) if self.readout else frozenset()
+        # s_k of the steps already read, by a digest of the tokens up to the step's tag: a
+        # search asks for every step of a path each round, and without this the rows of
+        # every history step's numbers (~10 full rows a step) were stacked again each round.
+        self._surprise_memo: OrderedDict[bytes, float] = OrderedDict()
+        self._needs_rows: set[bytes] = set()    # this round's steps whose number rows were asked for
         super().__init__(name, tokenizer, make_backend(None if self.readout else [good, bad]), tag_id, positive=0,
                          add_special_tokens=options.add_special_tokens)
 
@@ -106,13 +113,21 @@ class StepTagPRM(MarkerPRM):
                           self._tail.replace("{question}", question))
 
     def tokenize(self, marked: list[MarkedText]) -> list[tuple[list[int], list[int]]]:
-        """With `surprise`: after the tags, the positions whose rows predict each step's numbers."""
+        """With `surprise`: after the tags, the positions whose rows predict the numbers of
+        each step not read before (`_surprise_memo`; `_features` reads them in this order)."""
         if self.readout is None:
             return super().tokenize(marked)
+        # A round is one tokenize, then one read per trajectory: the memo is trimmed only
+        # here, so what this round found in it stays there until its reads are done.
+        while len(self._surprise_memo) > MAX_MEMO_STEPS:
+            self._surprise_memo.popitem(last=False)
+        self._needs_rows = set()
         out = []
         for (ids, tags, offsets), m in zip(tokenize_marked_offsets(self.tokenizer, marked, self.marker_id,
                                                                     self.add_special_tokens), marked):
-            rows = number_rows(ids, offsets, m.steps, self._numbers)
+            new = [(d, span) for d, span in zip(prefix_digests(ids, tags), m.steps) if d not in self._surprise_memo]
+            self._needs_rows.update(d for d, _ in new)
+            rows = number_rows(ids, offsets, [span for _, span in new], self._numbers)
             out.append((ids, tags + [p for per_step in rows for p in per_step]))
         return out
 
@@ -136,7 +151,14 @@ class StepTagPRM(MarkerPRM):
         per_step = [0] * n_steps
         for p in numbers:
             per_step[bisect_right(tags, p)] += 1
-        return (tag_rows[:, 0] - tag_rows[:, 1]).tolist(), step_surprise(rows[n_steps:], ids, numbers, per_step)
+        fresh = step_surprise(rows[n_steps:], ids, numbers, per_step)
+        surprise = []
+        for digest, s in zip(prefix_digests(ids, tags), fresh):
+            if digest in self._needs_rows:        # read now (s is 0 for a step without numbers)
+                self._surprise_memo[digest] = s
+            self._surprise_memo.move_to_end(digest)
+            surprise.append(self._surprise_memo[digest])
+        return (tag_rows[:, 0] - tag_rows[:, 1]).tolist(), surprise
 
     @classmethod
     def from_model(cls, model, tokenizer, options: StepTagOptions | None = None, engine=None, name: str = "step_tag"):

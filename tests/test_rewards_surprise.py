@@ -108,3 +108,15 @@ def test_bad_weights_fail_in_one_line_naming_the_option(surprise, says):
     with pytest.raises(ConfigError, match=says) as err:
         build_reward(RewardConfig(name="step_tag", model="unused", options={"surprise": surprise}))
     assert "'surprise'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_remembered_steps_give_the_scores_of_a_fresh_read(model_tok):
+    """The readout remembers each step's s_k (a search re-scores whole paths every round)."""
+    prm = StepTagPRM.from_model(*model_tok, StepTagOptions(surprise=W))
+    prefixes = [[steps[:1] for steps in TRAJS]]
+    prm([QUESTION], prefixes)                                 # the first steps, remembered
+    again = prm([QUESTION], [TRAJS])[0]                       # ... now read from memory
+    fresh = StepTagPRM.from_model(*model_tok, StepTagOptions(surprise=W))([QUESTION], [TRAJS])[0]
+    for got, want in zip(again, fresh):
+        assert got == pytest.approx(want, abs=1e-6)
+    assert len(prm._surprise_memo) == sum(len(t) for t in TRAJS)
