@@ -15,11 +15,14 @@ On the engine backend the previous round (the histories) is scored first, as in 
 so only the newest steps are new. With `--against REV` the same round also runs on the
 `rewards/` package of git revision REV (checked out into a temporary folder), interleaved
 with the working tree's, the scores compared, and the ratio REV / now printed per phase;
-e.g. `--against 126078a`, the last revision before the PRM's round was batched.
+e.g. `--against 126078a`, the last revision before the PRM's round was batched. With
+`--surprise` the same round is read two ways instead, interleaved: the tag alone, and the
+tag with the demo config's surprise readout (rewards/surprise.py), whose cost the ratio is.
 
     python scripts/bench_prm.py                                   # demo PRM, engine, 5 repeats
     python scripts/bench_prm.py --backend forward --repeats 3
     python scripts/bench_prm.py --against 126078a
+    python scripts/bench_prm.py --surprise --depth 10          # the readout's cost, a deep history
     python scripts/bench_prm.py --model /models/math-shepherd-mistral-7b-prm --device cuda --dtype bfloat16
 
 Medians of interleaved repeats with their [min, max] are printed; the threads are stated
@@ -86,9 +89,9 @@ def reference_package(rev: str) -> str:
     return name
 
 
-def make_prm(package: str, model, tok, backend: str, kv_budget_tokens: int):
+def make_prm(package: str, model, tok, backend: str, kv_budget_tokens: int, surprise=None):
     step_tag = importlib.import_module(f"{package}.step_tag")
-    options = step_tag.StepTagOptions(backend=backend)
+    options = step_tag.StepTagOptions(backend=backend, **({"surprise": surprise} if surprise else {}))
     if backend == "engine":
         from ets.engine import Engine
 
@@ -130,7 +133,10 @@ def one_round(prm, questions, previous, current, backend: str):
     t1 = time.perf_counter()
     rows = prm.backend.logits_at([ids for ids, _ in encoded], [pos for _, pos in encoded])
     t2 = time.perf_counter()
-    scores = [prm.probabilities(r) for r in rows]
+    if hasattr(prm, "read"):        # the reading of each trajectory's rows (the readout's too)
+        scores = [prm.read(r, len(steps), ids, pos) for r, (_, steps), (ids, pos) in zip(rows, items, encoded)]
+    else:
+        scores = [prm.probabilities(r) for r in rows]
     t3 = time.perf_counter()
     times = {"tokenise": t1 - t0, "forward": forward.seconds, "gather": t2 - t1 - forward.seconds,
              "softmax": t3 - t2, "round": t3 - t0}
@@ -147,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--against", metavar="REV", help="also run rewards/ of this git revision, interleaved")
+    p.add_argument("--surprise", action="store_true",
+                   help="read the round with the tag alone and with the demo config's surprise readout, interleaved")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--kv-budget-tokens", type=int, default=65536)
@@ -159,9 +167,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     model, tok = load_causal_lm(args.model, device=args.device, dtype=args.dtype)
     questions, previous, current = workload(args.problems, args.candidates, args.depth)
-    packages = {"now": "rewards"}
+    packages = {"now": ("rewards", None)}
     if args.against:
-        packages[args.against] = reference_package(args.against)
+        packages[args.against] = (reference_package(args.against), None)
+    elif args.surprise:
+        from ets.app.demo import demo_surprise
+
+        packages = {"tag": ("rewards", None), "surprise": ("rewards", demo_surprise())}
     print(f"model {args.model} | backend {args.backend} | {args.problems} problems x {args.candidates} candidates, "
           f"history {args.depth} steps | threads {torch.get_num_threads()} | "
           f"TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')} | {args.repeats} repeats")
@@ -172,10 +184,11 @@ def main(argv: list[str] | None = None) -> None:
         order = list(packages) if r % 2 == 0 else list(packages)[::-1]     # interleaved, alternating
         scores = {}
         for key in order:
-            prm = make_prm(packages[key], model, tok, args.backend, args.kv_budget_tokens)
+            package, surprise = packages[key]
+            prm = make_prm(package, model, tok, args.backend, args.kv_budget_tokens, surprise)
             t, scores[key] = one_round(prm, questions, previous, current, args.backend)
             times[key].append(t)
-        if len(scores) == 2:
+        if len(scores) == 2 and not args.surprise:       # two readings differ by design
             a, b = scores.values()
             worst = max([worst] + [abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)])
 
@@ -192,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
         if len(medians) == 2:
             line += f"   {medians[1] / medians[0]:5.2f}x" if medians[0] > 0 else "      -"
         print(line)
-    if len(packages) == 2:
+    if args.against:
         print(f"scores: max |{args.against} - now| = {worst:.2e}")
 
 
