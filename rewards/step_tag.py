@@ -83,7 +83,8 @@ class StepTagPRM(MarkerPRM):
     Options = StepTagOptions
     readout: SurpriseReadout | None = None     # option `surprise`; subclasses without it read the tag alone
 
-    def __init__(self, tokenizer, options: StepTagOptions, make_backend: Callable[[list[int]], ScoringBackend], name: str = "step_tag"):
+    def __init__(self, tokenizer, options: StepTagOptions, make_backend: Callable[[list[int] | None], ScoringBackend],
+                 name: str = "step_tag"):
         # Resolve the three tokens before `make_backend` loads any weights: a wrong tag
         # fails in a second, not after a 7B model has loaded.
         try:
