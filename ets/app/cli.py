@@ -5,6 +5,8 @@
     ets run --config FILE [key=value ...]           search a dataset, one JSON line per problem
     ets run --config FILE --check [key=value ...]   validate; print the resolved settings, run nothing
     ets eval FILE --agg last --vote weighted        accuracy of a results file
+    ets rescore --from FILE --config FILE --output PATH [key=value ...]
+                                                    a best-of-N run's samples scored by another reward
     ets sweep --config FILE --methods a,b --widths 16,64 [--seeds 0,1,2] [key=value ...]
                                                     methods x widths (x seeds) -> table + plots
     ets presets                                     the model presets (policy_model_type, reward_model_type)
@@ -156,6 +158,19 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rescore(args: argparse.Namespace) -> int:
+    from ets.config import load_config
+    from ets.app.rescore import rescore
+
+    config = dataclasses.replace(load_config(args.config, list(args.overrides)), output=args.output)
+    summary = rescore(args.source, config, show_progress=not args.quiet, overwrite=args.overwrite)
+    print(f"wrote {config.output} ({summary['problems']} problems, {summary['new_problems']} new; "
+          f"{_num(summary.get('rescore_seconds'), '.1f')} s of scoring)")
+    print(f"accuracy {summary['accuracy']:.3f} | kv_size/problem {summary['kv_size_per_problem']:.0f} "
+          f"(the sampling run's)")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     import time
 
@@ -303,6 +318,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let a decimal match an exact value when both agree to N decimal places "
                         "(default: decimals are exact, so 4.666667 is not 14/3)")
     p.set_defaults(func=_eval)
+
+    p = sub.add_parser("rescore", parents=[common, overwrite],
+                       help="a best-of-N run's samples scored by another reward and voted again, without sampling "
+                            "again: the records `ets run` with that reward would write; resumable")
+    p.add_argument("--from", dest="source", required=True, metavar="FILE",
+                   help="results file (JSONL) of a best-of-N `ets run`, its config.json beside it")
+    p.add_argument("--config", required=True,
+                   help="YAML config: the source run's but for the reward and the vote (others are refused)")
+    p.add_argument("--output", required=True, help="results JSONL to write (resumed if it exists)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. reward.model=PATH")
+    p.set_defaults(func=_rescore)
 
     p = sub.add_parser("compare", parents=[common],
                        help="runs against a base run on the problems both searched: accuracy difference, paired, "

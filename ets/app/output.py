@@ -57,12 +57,14 @@ def lock_path(output: str | Path) -> Path:
 
 @contextmanager
 def open_output(config: RunConfig, problems: Sequence[Problem], *, overwrite: bool = False,
-                way_out: str = WAY_OUT) -> Iterator[ResultsWriter]:
+                way_out: str = WAY_OUT, recorded: dict[str, Any] | None = None) -> Iterator[ResultsWriter]:
     """The results writer of `config.output`, locked, checked against `config`; with
-    `overwrite`, the old results, summary and provenance are removed first."""
+    `overwrite`, the old results, summary and provenance are removed first. `recorded`
+    adds keys to the provenance's `recorded` part (kept for the reader, never compared)."""
     output = Path(config.output)
     check_output_path(output)
     made = describe(config)
+    made["recorded"].update(recorded or {})
     created = _make_parents(output.parent)
     try:
         with _locked(output):

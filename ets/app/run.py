@@ -94,9 +94,10 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
 
 
 def kept_summary(kept: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
-    """A stored summary as a run returns it: one written before summaries held the outcome
-    of every problem gets them from the records."""
-    return {**kept, "correct_by_problem": correct_by_problem(records)}
+    """A stored summary as a run returns it when it searched nothing: no new problems (the
+    throughput stays the one measured when the work was done), and one written before
+    summaries held the outcome of every problem gets them from the records."""
+    return {**kept, "new_problems": 0, "correct_by_problem": correct_by_problem(records)}
 
 
 def num_threads_note(config: RunConfig) -> str:

@@ -24,6 +24,8 @@ Fields (documented for users in the README, "Output format"):
   wall_time                         seconds from admission to finish (problems run concurrently)
   strategy_metrics                  counters from the strategy (e.g. ETS solver fallbacks)
   tree                              the whole search tree (only with save_trees: true)
+  rescored_from                     only in records of `ets rescore` (ets/app/rescore.py): the
+                                    best-of-N results file whose samples were scored again
 """
 
 from __future__ import annotations

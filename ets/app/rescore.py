@@ -1,0 +1,143 @@
+"""`ets rescore`: a best-of-N run's samples scored by another reward, without sampling again.
+
+    ets rescore --from runs/bon.jsonl --config new_prm.yaml --output runs/bon_new_prm.jsonl
+
+Best-of-N prunes nothing: every node gets one child whatever its score, so the reward only
+votes at the end and the samples do not depend on it. Its trajectories scored by reward B
+and voted are therefore the records `ets run` with reward B would write, at the cost of the
+PRM alone (a W=64 best-of-N search of the demo task is ~95% sampling). The same is not true
+of beam, DVTS, REBASE or ETS, whose scores decide which nodes grow: they are refused.
+
+The config must be the source run's in every compared key (ets/app/provenance.py) but the
+reward's (name, model, options) and the vote (`aggregation`, `vote`); anything else would
+have drawn other samples, and is refused naming the keys. The output is a run's output like
+any other: resumable, its `config.json` that of the new config (so `ets run` and `ets sweep`
+with that config resume it as done), with the source under `recorded.rescored_from`. Each
+record says where it came from (`rescored_from`: a file may mix searched and rescored
+records when a rescore resumes a live run's output) and keeps the search's figures (tokens, KV sizes, tree size, `wall_time`: the sampling
+run's); the summary's throughput is unknown (null), as nothing was searched.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ets.answers.aggregate import choose_answer
+from ets.answers.grading import is_equivalent
+from ets.app.jsonl import read_records
+from ets.app.output import OutputError, config_path, open_output, read_json, summary_path, write_json_atomic
+from ets.app.provenance import describe, differences
+from ets.config import ConfigError, RunConfig
+from ets.data import Problem
+
+# Keys a rescore may change: they decide the scores and the vote, never the samples.
+RESCORABLE = ("reward.", "search.aggregation", "search.vote")
+# Problems per reward call: small enough that an interruption loses little, large enough
+# that the PRM's batches stay full (64 trajectories of a W=64 problem are one batch alone).
+PROBLEMS_PER_CALL = 8
+
+
+def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True, overwrite: bool = False,
+            reward=None) -> dict[str, Any]:
+    """Score `source`'s trajectories with `config`'s reward, re-vote, and write the records
+    to `config.output`; returns the summary written beside them."""
+    source = Path(source)
+    records = _source_records(source, config)
+    problems = [Problem(r["id"], r["question"], r["ground_truth"], {}) for r in records]
+    if config.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(config.torch_threads)
+    new_records: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    with open_output(config, problems, overwrite=overwrite,
+                     recorded={"rescored_from": str(source.resolve())}) as writer:
+        todo = [r for r in records if r["id"] not in writer.done_ids]
+        if todo:
+            if reward is None:
+                from rewards import build_reward
+
+                reward = build_reward(config.reward, config.policy)
+            bar = _progress(len(records), len(records) - len(todo), show_progress)
+            for i in range(0, len(todo), PROBLEMS_PER_CALL):
+                chunk = todo[i:i + PROBLEMS_PER_CALL]
+                for record in rescored(chunk, reward, config):
+                    record["rescored_from"] = str(source.resolve())
+                    writer.write(record)
+                    new_records.append(record)
+                if bar is not None:
+                    bar.update(len(chunk))
+            if bar is not None:
+                bar.close()
+    from ets.app.run import kept_summary, summarize
+
+    records = read_records(config.output)
+    stored = summary_path(config.output)
+    kept = None if new_records else read_json(stored)
+    if kept is not None:
+        return kept_summary(kept, records)
+    summary = summarize(records, new_records, 0.0, None, reward if new_records else None)
+    summary["rescored_from"] = str(source.resolve())
+    summary["rescore_seconds"] = round(time.perf_counter() - start, 3) if new_records else None
+    write_json_atomic(stored, summary)
+    return summary
+
+
+def rescored(records: Sequence[dict[str, Any]], reward, config: RunConfig) -> list[dict[str, Any]]:
+    """`records` with every trajectory's step scores from `reward` (one call), and the
+    answer chosen again by `config`'s aggregation and vote, as the search loop chooses it
+    (ets/loop/controller.py `_record`)."""
+    from rewards.base import validate_scores
+
+    search = config.search
+    questions = [r["question"] for r in records]
+    steps = [[t["steps"] for t in r["trajectories"]] for r in records]
+    score_fn = getattr(reward, "score", reward)
+    scores = validate_scores(score_fn(questions, steps), steps, config.reward.name)
+    out = []
+    for record, per_problem in zip(records, scores):
+        trajectories = [{**t, "step_scores": s} for t, s in zip(record["trajectories"], per_problem)]
+        answers = [t["answer"] for t in trajectories]
+        chosen = choose_answer(answers, per_problem, search.aggregation, search.vote)
+        truth = record["ground_truth"]
+        correct = chosen is not None and truth is not None and is_equivalent(chosen, truth)
+        out.append({**record, "aggregation": search.aggregation, "vote": search.vote, "answer": chosen,
+                    "correct": bool(correct), "trajectories": trajectories})
+    return out
+
+
+def _source_records(source: Path, config: RunConfig) -> list[dict[str, Any]]:
+    """The source's records, after checking that `config` would have drawn the same samples."""
+    if config.search.method != "best_of_n":
+        raise ConfigError(f"rescore: the config's method is {config.search.method!r}; only best-of-N's samples do not "
+                          "depend on the reward (set method=best_of_n, or rerun the search with `ets run`)")
+    if not source.is_file():
+        raise ConfigError(f"rescore: results file {str(source)!r} does not exist; pass the output of a best-of-N `ets run`")
+    if config.output and Path(config.output).resolve() == source.resolve():
+        raise OutputError(f"rescore: the output is the source {str(source)!r}; give another with --output PATH")
+    made = read_json(config_path(source))
+    if made is None or not isinstance(made.get("compared"), dict):
+        raise ConfigError(f"rescore: {str(source)!r} has no readable {config_path(source).name}, so what drew its samples "
+                          "is unknown; rescore the output of an `ets run`")
+    method = made["compared"].get("search.method")
+    if method != "best_of_n":
+        raise ConfigError(f"rescore: {str(source)!r} was searched by {method!r}, whose samples depend on its reward; "
+                          "only best-of-N's can be rescored (rerun the search with `ets run`)")
+    changed = [d for d in differences(made["compared"], describe(config)["compared"]) if not d.startswith(RESCORABLE)]
+    if changed:
+        raise ConfigError(f"rescore: the config differs from the one that drew {str(source)!r}'s samples "
+                          f"({'; '.join(changed)}); only the reward and the vote may change")
+    records = read_records(source)
+    if not records:
+        raise ConfigError(f"rescore: {str(source)!r} holds no results")
+    return records
+
+
+def _progress(total: int, done: int, show: bool):
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, desc="rescore", unit="problem")
