@@ -29,6 +29,7 @@ from ets.answers.grading import is_equivalent
 from ets.app.jsonl import read_records
 from ets.app.output import OutputError, config_path, open_output, read_json, summary_path, write_json_atomic
 from ets.app.provenance import describe, differences
+from ets.app.run import kept_summary, summarize
 from ets.config import ConfigError, RunConfig
 from ets.data import Problem
 
@@ -51,7 +52,7 @@ def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True
 
         torch.set_num_threads(config.torch_threads)
     new_records: list[dict[str, Any]] = []
-    start = time.perf_counter()
+    seconds = None
     with open_output(config, problems, overwrite=overwrite,
                      recorded={"rescored_from": str(source.resolve())}) as writer:
         todo = [r for r in records if r["id"] not in writer.done_ids]
@@ -60,6 +61,7 @@ def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True
                 from rewards import build_reward
 
                 reward = build_reward(config.reward, config.policy)
+            start = time.perf_counter()  # the scoring alone, the PRM loaded
             bar = _progress(len(records), len(records) - len(todo), show_progress)
             for i in range(0, len(todo), PROBLEMS_PER_CALL):
                 chunk = todo[i:i + PROBLEMS_PER_CALL]
@@ -69,10 +71,9 @@ def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True
                     new_records.append(record)
                 if bar is not None:
                     bar.update(len(chunk))
+            seconds = time.perf_counter() - start
             if bar is not None:
                 bar.close()
-    from ets.app.run import kept_summary, summarize
-
     records = read_records(config.output)
     stored = summary_path(config.output)
     kept = None if new_records else read_json(stored)
@@ -80,7 +81,7 @@ def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True
         return kept_summary(kept, records)
     summary = summarize(records, new_records, 0.0, None, reward if new_records else None)
     summary["rescored_from"] = str(source.resolve())
-    summary["rescore_seconds"] = round(time.perf_counter() - start, 3) if new_records else None
+    summary["rescore_seconds"] = round(seconds, 3) if seconds is not None else None
     write_json_atomic(stored, summary)
     return summary
 
