@@ -379,9 +379,8 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
     """`ets.app.run.run` over `workers` Ray actors: same output, provenance, lock and
     summary, plus `workers` in the summary. `hook(driver)` is called after each event (a
     worker ready or lost, a chunk written; tests kill a worker there)."""
-    from ets.app.jsonl import read_records
-    from ets.app.output import open_output, read_json, summary_path, write_json_atomic
-    from ets.app.run import _progress, kept_summary, num_threads_note, summarize
+    from ets.app.output import open_output
+    from ets.app.run import _progress, finish_summary, num_threads_note, summarize
     from ets.data import load_problems
     from search import build as build_strategy
 
@@ -421,14 +420,9 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
                         driver.bar.close()
                     driver.stop()
                 extra = driver.summary()
-    records = read_records(config.output)
-    stored = summary_path(config.output)
-    kept = None if new_records or extra.get("workers", {}).get("failed") else read_json(stored)
-    if kept is not None:
-        return kept_summary(kept, records)
-    summary = {**summarize(records, new_records, elapsed, None, None), **extra}
-    write_json_atomic(stored, summary)
-    return summary
+    worked = bool(new_records or extra.get("workers", {}).get("failed"))
+    return finish_summary(config.output, worked,
+                          lambda records: {**summarize(records, new_records, elapsed, None, None), **extra})
 
 
 def _check_resources(ray, driver: Driver, address: str | None) -> None:

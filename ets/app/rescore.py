@@ -27,9 +27,9 @@ from typing import Any, Sequence
 from ets.answers.aggregate import choose_answer
 from ets.answers.grading import is_equivalent
 from ets.app.jsonl import read_records
-from ets.app.output import OutputError, config_path, open_output, read_json, summary_path, write_json_atomic
+from ets.app.output import OutputError, config_path, open_output, read_json
 from ets.app.provenance import describe, differences
-from ets.app.run import kept_summary, summarize
+from ets.app.run import finish_summary, summarize
 from ets.config import ConfigError, RunConfig
 from ets.data import Problem
 
@@ -74,16 +74,9 @@ def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True
             seconds = time.perf_counter() - start
             if bar is not None:
                 bar.close()
-    records = read_records(config.output)
-    stored = summary_path(config.output)
-    kept = None if new_records else read_json(stored)
-    if kept is not None:
-        return kept_summary(kept, records)
-    summary = summarize(records, new_records, 0.0, None, reward if new_records else None)
-    summary["rescored_from"] = str(source.resolve())
-    summary["rescore_seconds"] = round(seconds, 3) if seconds is not None else None
-    write_json_atomic(stored, summary)
-    return summary
+    return finish_summary(config.output, bool(new_records), lambda records: {
+        **summarize(records, new_records, 0.0, None, reward), "rescored_from": str(source.resolve()),
+        "rescore_seconds": None if seconds is None else round(seconds, 3)})
 
 
 def rescored(records: Sequence[dict[str, Any]], reward, config: RunConfig) -> list[dict[str, Any]]:

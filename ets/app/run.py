@@ -81,14 +81,21 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
             elapsed = time.perf_counter() - start
             if bar is not None:
                 bar.close()
-    records = read_records(config.output)
-    stored = summary_path(config.output)
-    kept = None if new_records else read_json(stored)
+    return finish_summary(config.output, bool(new_records), lambda records: {
+        **summarize(records, new_records, elapsed, policy, reward), **(run_stats._asdict() if run_stats else {})})
+
+
+def finish_summary(output, worked: bool, build) -> dict[str, Any]:
+    """The summary a run returns and writes beside `output`: after work (`worked`),
+    `build(records)` over every record of the file; when nothing was done, the stored one,
+    which keeps the throughput measured when the work was done (an empty or truncated one
+    is rebuilt, its throughput unknown)."""
+    records = read_records(output)
+    stored = summary_path(output)
+    kept = None if worked else read_json(stored)
     if kept is not None:
-        # Nothing new was searched: keep the throughput measured when the work was done
-        # (an empty or truncated summary is rebuilt below, its throughput unknown).
         return kept_summary(kept, records)
-    summary = {**summarize(records, new_records, elapsed, policy, reward), **(run_stats._asdict() if run_stats else {})}
+    summary = build(records)
     write_json_atomic(stored, summary)
     return summary
 
