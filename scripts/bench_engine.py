@@ -13,7 +13,11 @@ tree     Several problems searched at once, as the controller does: every round,
 scaling  Decode tokens/s of B sequences (1..512) over a context of `--context` tokens, for
          `--decode` steps: B distinct prompts, and B samples of one prompt (a shared prefix),
          against the model's own floor (one forward of the same batch over a 1-token
-         context, no cache) and a transformers decode loop (DynamicCache, same batch).
+         context, no cache) and a transformers decode loop (DynamicCache, same batch); and
+         the bound a decode of distinct contexts can reach here, the floor's step plus
+         streaming every context's K and V once at this machine's rate (a plain sum over
+         as many bytes): where that bound is under a third of the floor (a small model's
+         K/V outweigh its matmuls), no engine meets that bar on this machine.
 
     python scripts/bench_engine.py                          # both suites, demo policy, 1 and 2 threads
     python scripts/bench_engine.py --suite scaling --batches 1,32,128,512 --threads 1
@@ -188,6 +192,18 @@ def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int
                 model(input_ids=ids, use_cache=False, logits_to_keep=1)
             sync(device)
         return n * (decode + 1) / (time.perf_counter() - start)
+    if kind == "kvread":  # the K/V reads alone: what distinct contexts must stream per step
+        # float32 words: the bytes of the engine's K/V (whatever its dtype), read at the stream rate
+        per_token = kv_bytes_per_token(model, engine.pool.k[0].dtype) // 4
+        ctx = len(prompts[0])
+        buf = torch.ones(n * (ctx + decode + 1) * per_token, device=device)
+        with torch.inference_mode():
+            sync(device)
+            start = time.perf_counter()
+            for step in range(decode + 1):
+                buf[:n * (ctx + step) * per_token].sum()
+            sync(device)
+        return n * (decode + 1) / (time.perf_counter() - start)
     # hf: transformers' own decode loop over the same contexts (a DynamicCache, greedy)
     ids = torch.tensor(prompts, device=device)
     with torch.inference_mode():
@@ -201,6 +217,13 @@ def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int
             nxt = out.logits[:, -1:].argmax(-1)
         sync(device)
     return n * (decode + 1) / (time.perf_counter() - start)
+
+
+def kv_bytes_per_token(model, dtype: torch.dtype) -> int:
+    """Bytes of K and V one token holds over all layers, stored in `dtype`."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
 def kv_dtypes(args) -> list[str | None]:
@@ -225,7 +248,8 @@ def scaling(model, tok, args) -> list[str]:
                for kvd in dtypes}
     distinct = [torch.randint(3, vocab, (args.context,), generator=gen).tolist() for _ in range(biggest)]
     kinds = [(kind, kvd) for kvd in dtypes for kind in ("distinct", "shared")]
-    kinds += [("floor", None)] + ([("hf", None)] if args.hf_scaling else [])
+    # the floor, and what distinct contexts must read per step on top of it (the first engine's K/V)
+    kinds += [("floor", None), ("kvread", dtypes[0])] + ([("hf", None)] if args.hf_scaling else [])
     cells: dict[tuple, list[float]] = {}
     for engine in engines.values():  # warm-up
         scaling_cell("engine", model, engine, distinct[:2], 2, args.device)
@@ -239,17 +263,25 @@ def scaling(model, tok, args) -> list[str]:
                     scaling_cell(how, model, engines.get(kvd), prompts, args.decode, args.device))
     for engine in engines.values():
         engine.check()
-    head = {"distinct": "distinct contexts", "shared": "shared prefix",
-            "floor": "model floor (1-token context)", "hf": "transformers decode (DynamicCache)"}
-    names = [head[k] if k in ("floor", "hf") else f"{engine_name(kvd, dtypes)}, {head[k]}" for k, kvd in kinds]
+    head = {"distinct": "distinct contexts", "shared": "shared prefix", "floor": "model floor (1-token context)",
+            "kvread": "K/V reads alone (distinct contexts' bytes at the stream rate)",
+            "hf": "transformers decode (DynamicCache)"}
+    names = [f"{engine_name(kvd, dtypes)}, {head[k]}" if k in ("distinct", "shared") else head[k] for k, kvd in kinds]
     ratios = [f"{engine_name(kvd, dtypes)} {k} / floor" for kvd in dtypes for k in ("distinct", "shared")]
+    # The bound a decode of distinct contexts can reach: the floor's step plus streaming every
+    # context's K and V once (no other cost); when it is under a third of the floor, no engine
+    # meets that bar on this machine and model, and engine / bound says how close this one is.
+    ratios += ["bound / floor", "engine distinct / bound"]
     lines = [f"scaling: decode tokens/s, context {args.context} -> {args.context + args.decode + 1} tokens, "
-             f"{args.decode + 1} forwards; median [min-max] of {args.repeats} interleaved repeats",
+             f"{args.decode + 1} forwards, K/V {kv_bytes_per_token(model, engines[dtypes[0]].pool.k[0].dtype):,} bytes a "
+             f"token; median [min-max] of {args.repeats} interleaved repeats",
              "| sequences | " + " | ".join(names + ratios) + " |",
              "|---" * (len(names) + len(ratios) + 1) + "|"]
     for b in batches:
         floor = statistics.median(cells[("floor", None, b)])
         ratio_cells = [f"{statistics.median(cells[(k, kvd, b)]) / floor:.2f}" for kvd in dtypes for k in ("distinct", "shared")]
+        bound = 1 / (1 / floor + 1 / statistics.median(cells[("kvread", dtypes[0], b)]))
+        ratio_cells += [f"{bound / floor:.2f}", f"{statistics.median(cells[('distinct', dtypes[0], b)]) / bound:.2f}"]
         lines.append(f"| {b} | " + " | ".join(summary(cells[(k, kvd, b)]) for k, kvd in kinds)
                      + " | " + " | ".join(ratio_cells) + " |")
     return lines
