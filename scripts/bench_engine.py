@@ -194,7 +194,7 @@ def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int
         return n * (decode + 1) / (time.perf_counter() - start)
     if kind == "kvread":  # the K/V reads alone: what distinct contexts must stream per step
         # float32 words: the bytes of the engine's K/V (whatever its dtype), read at the stream rate
-        per_token = kv_bytes_per_token(model, engine.pool.k[0].dtype) // 4
+        per_token = engine.pool.bytes_per_token // 4
         ctx = len(prompts[0])
         buf = torch.ones(n * (ctx + decode + 1) * per_token, device=device)
         with torch.inference_mode():
@@ -217,13 +217,6 @@ def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int
             nxt = out.logits[:, -1:].argmax(-1)
         sync(device)
     return n * (decode + 1) / (time.perf_counter() - start)
-
-
-def kv_bytes_per_token(model, dtype: torch.dtype) -> int:
-    """Bytes of K and V one token holds over all layers, stored in `dtype`."""
-    c = model.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
 
 def kv_dtypes(args) -> list[str | None]:
@@ -273,7 +266,7 @@ def scaling(model, tok, args) -> list[str]:
     # meets that bar on this machine and model, and engine / bound says how close this one is.
     ratios += ["bound / floor", "engine distinct / bound"]
     lines = [f"scaling: decode tokens/s, context {args.context} -> {args.context + args.decode + 1} tokens, "
-             f"{args.decode + 1} forwards, K/V {kv_bytes_per_token(model, engines[dtypes[0]].pool.k[0].dtype):,} bytes a "
+             f"{args.decode + 1} forwards, K/V {engines[dtypes[0]].pool.bytes_per_token:,} bytes a "
              f"token; median [min-max] of {args.repeats} interleaved repeats",
              "| sequences | " + " | ".join(names + ratios) + " |",
              "|---" * (len(names) + len(ratios) + 1) + "|"]
