@@ -72,8 +72,9 @@ def one_run(problems, policy, reward, config, concurrency: int) -> dict:
     }
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):,.1f} [{min(values):,.1f}-{max(values):,.1f}]"
+def spread(values: list[float], fmt: str = ",.1f") -> str:
+    """median [min-max]"""
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
 
 
 def main(argv=None) -> None:
