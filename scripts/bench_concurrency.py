@@ -3,8 +3,8 @@
 The same problems are searched with `concurrency` C = 1, 4, 16, ... (the loop's cap on
 problems in flight; each round then batches C problems' requests into one policy call and
 one PRM call). Per generated token it prints the wall time, the policy's phase alone
-(RunStats.expand_seconds: decode and prefill), the process's CPU time (all threads) and
-its minor page faults (the symptom of fresh large allocations per call). Flat or falling
+(RunStats.expand_seconds: decode and prefill), the reward's (score_seconds), the
+process's CPU time (all threads) and its minor page faults (the symptom of fresh large allocations per call). Flat or falling
 with C is the engine doing its job; rising is what issue 15 measured before the kept decode
 buffers (17.2M faults at C=32 against 2.35M at C=4 for the same work).
 
@@ -67,6 +67,7 @@ def one_run(problems, policy, reward, config, concurrency: int) -> dict:
     return {
         "tokens": tokens, "in_flight": stats.mean_active,
         "wall_us": 1e6 * wall / tokens, "policy_us": 1e6 * stats.expand_seconds / tokens,
+        "reward_us": 1e6 * stats.score_seconds / tokens,
         "cpu_us": 1e6 * cpu / tokens, "faults_per_1k": 1e3 * faults / tokens,
         "answers": [(r["id"], r.get("answer"), r["generated_tokens"], r["kv_size"]) for r in records],
     }
@@ -110,14 +111,15 @@ def main(argv=None) -> None:
             print(f"  repeat {rep + 1}, C={c}: {r['tokens']:,} tokens, {r['wall_us']:.1f} us/token", flush=True)
 
     base = statistics.median(r["wall_us"] for r in runs[values[0]])
-    print(f"\n| C | in flight (mean) | wall us/token | policy us/token | CPU us/token | minor faults / 1k tokens "
+    print(f"\n| C | in flight (mean) | wall us/token | policy us/token | reward us/token | CPU us/token | minor faults / 1k tokens "
           f"| wall vs C={values[0]} |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for c in values:
         rs = runs[c]
         ratio = statistics.median(r["wall_us"] for r in rs) / base
         print(f"| {c} | {rs[0]['in_flight']:.1f} | {spread([r['wall_us'] for r in rs])} "
-              f"| {spread([r['policy_us'] for r in rs])} | {spread([r['cpu_us'] for r in rs])} "
+              f"| {spread([r['policy_us'] for r in rs])} | {spread([r['reward_us'] for r in rs])} "
+              f"| {spread([r['cpu_us'] for r in rs])} "
               f"| {spread([r['faults_per_1k'] for r in rs])} | {ratio:.2f}x |")
     answers = {tuple(map(tuple, r["answers"])) for rs in runs.values() for r in rs}
     print(f"\nrecords identical across C and repeats: {'yes' if len(answers) == 1 else 'NO'}")
