@@ -42,7 +42,7 @@ from typing import Iterable
 
 from ets.tree import Node, kv_size
 
-# The share of finished searches whose peak footprint a new search is reserved.
+# A search is reserved the peak footprint that this share of the finished searches stayed within.
 PEAK_QUANTILE = 0.9
 
 
