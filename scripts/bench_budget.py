@@ -15,7 +15,7 @@ sequence moved REBASE's wall time by 13% in session 24, so a ratio is only read 
 orders. Records do not depend on the budget (each problem's samples are seeded by the
 problem and node alone): a line says whether every run of a method wrote the same ones.
 
-    python scripts/bench_budget.py                                  # demo, W=64, 24 problems, pools of 16k / 32k / 262k tokens (demo.yaml's)
+    python scripts/bench_budget.py      # demo, W=64, 24 problems, pools of 16k, 32k and 262k (demo.yaml's) tokens
     python scripts/bench_budget.py --budgets 32768 --problems 8 --repeats 2 seed=1
 """
 
@@ -56,8 +56,8 @@ def one_run(problems, policy, reward, config) -> dict:
     generated = sum(r["generated_tokens"] for r in records)
     return {
         "wall": wall, "problems_s": len(records) / wall, "tokens_s": generated / wall,
-        "in_flight": stats.mean_active, "peak_in_flight": stats.peak_active, "search_peak": stats.mean_search_peak_kv,
-        "preempted": engine["preempted"],
+        "in_flight": stats.mean_active, "peak_in_flight": stats.peak_active,
+        "search_peak": stats.mean_search_peak_kv, "preempted": engine["preempted"],
         "computed_per_generated": engine["computed_tokens"] / max(1, engine["generated_tokens"]),
         "accuracy": sum(bool(r["correct"]) for r in records) / len(records),
         "kv_per_problem": sum(r["kv_size"] for r in records) / len(records),
@@ -108,16 +108,20 @@ def main(argv=None) -> None:
     for b in budgets:
         for m in METHODS:
             rs = runs[b, m]
+            # admission, and so in flight, KV and accuracy, are the same in every run: the first's
+            one = rs[0]
             print(f"| {b:,} | {m} | {spread([r['problems_s'] for r in rs], '.4f')} "
-                  f"| {spread([r['tokens_s'] for r in rs], ',.0f')} | {rs[0]['in_flight']:.1f} / {rs[0]['peak_in_flight']} | {rs[0]['search_peak']:,.0f} "
-                  f"| {spread([r['preempted'] for r in rs], ',.0f')} | {statistics.median(r['computed_per_generated'] for r in rs):.2f} "
-                  f"| {rs[0]['kv_per_problem']:,.0f} | {100 * rs[0]['accuracy']:.1f}% |")
+                  f"| {spread([r['tokens_s'] for r in rs], ',.0f')} | {one['in_flight']:.1f} / {one['peak_in_flight']} "
+                  f"| {one['search_peak']:,.0f} | {spread([r['preempted'] for r in rs], ',.0f')} "
+                  f"| {statistics.median(r['computed_per_generated'] for r in rs):.2f} "
+                  f"| {one['kv_per_problem']:,.0f} | {100 * one['accuracy']:.1f}% |")
     print()
     for b in budgets:
         ratios = [e["problems_s"] / r["problems_s"] for e, r in zip(runs[b, "ets"], runs[b, "rebase"])]
         geomean = math.exp(statistics.fmean(math.log(x) for x in ratios))
+        kv = runs[b, "rebase"][0]["kv_per_problem"] / runs[b, "ets"][0]["kv_per_problem"]
         print(f"budget {b:,}: ETS / REBASE problems/s per repeat {', '.join(f'{x:.2f}' for x in ratios)} "
-              f"(geometric mean {geomean:.2f}); KV size {runs[b, 'rebase'][0]['kv_per_problem'] / runs[b, 'ets'][0]['kv_per_problem']:.2f}x smaller")
+              f"(geometric mean {geomean:.2f}); KV size {kv:.2f}x smaller")
     same = all(len({r["records"] for b in budgets for r in runs[b, m]}) == 1 for m in METHODS)
     print(f"records of each method identical across budgets and repeats: {'yes' if same else 'NO'}")
 

@@ -37,6 +37,7 @@ run (the engine evicts and recomputes) but never stops it.
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Iterable
 
@@ -54,7 +55,7 @@ class KVAdmission:
         self._steps = 0
         self._step_tokens = 0
         self._prior = max(1, max_step_tokens // 2)
-        self._peaks: list[float] = []
+        self._peaks: list[float] = []  # sorted: expected_peak reads a rank every round
 
     @property
     def mean_step_tokens(self) -> float:
@@ -71,7 +72,7 @@ class KVAdmission:
 
     def finished(self, peak_footprint: float) -> None:
         """Record the largest footprint a finished search had."""
-        self._peaks.append(peak_footprint)
+        bisect.insort(self._peaks, peak_footprint)
 
     @property
     def mean_peak(self) -> float | None:
@@ -88,9 +89,8 @@ class KVAdmission:
         worst = prompt_tokens + self.width * self.max_tokens
         if not self._peaks:
             return worst
-        ranked = sorted(self._peaks)
-        n = len(ranked)
-        return (n * ranked[math.ceil(PEAK_QUANTILE * n) - 1] + worst) / (n + 1)
+        n = len(self._peaks)
+        return (n * self._peaks[math.ceil(PEAK_QUANTILE * n) - 1] + worst) / (n + 1)
 
     def reservation(self, footprint: float, prompt_tokens: int) -> float:
         """The tokens held back for a search whose footprint is `footprint` now."""
