@@ -12,7 +12,8 @@ import torch
 
 from ets.engine import Engine
 from ets.engine.invariant import KEY_BLOCK, VALUE_BLOCK, attend_values, value_block
-from ets.engine.runner import ModelRunner, prefill_groups
+from ets.engine.groups import prefill_groups
+from ets.engine.runner import ModelRunner
 from ets.models.tiny import ARCHS, build_tiny_model
 from tests.helpers import random_tokens
 
@@ -105,6 +106,29 @@ def test_decode_logits_do_not_depend_on_the_batch(model_tok, monkeypatch, n, len
         assert all(torch.equal(got[k], alone[k]) for k in alone), f"among paths with {siblings} samples each"
 
 
+def test_decode_groups_change_no_number(model_tok, monkeypatch):
+    """A path's decode logits alone and among paths of very different lengths, with and
+    without siblings, the decode cut into groups by every saving (ets/engine/groups.py):
+    bit for bit the same, whichever group it lands in."""
+    from ets.engine import groups, runner
+
+    monkeypatch.setattr(groups, "DECODE_SPLIT_MIN_SCORES", 0)
+    cuts = []  # groups per decode cut
+    for name in ("plain_decode_groups", "cascade_decode_groups"):
+        real = getattr(groups, name)
+        monkeypatch.setattr(runner, name, lambda *a, real=real, **k: cuts.append(len(out := real(*a, **k))) or out)
+    target = random_tokens(90, seed=8)
+    record = DecodeRows(monkeypatch)
+    for n in (1, 3):
+        alone = record.run(_engine(model_tok), [(target, n, 7)], len(target), n)
+        others = [o for o in _others(10, 80, longest=700) if len(o) not in (len(target), len(target) + 1)]
+        requests = [(target, n, 7), *[(o, 1 + i % 3, 100 + i) for i, o in enumerate(others)]]
+        cuts.clear()
+        got = record.run(_engine(model_tok), requests, len(target), n)
+        assert max(cuts) > 1
+        assert got.keys() == alone.keys() and all(torch.equal(got[k], alone[k]) for k in alone), f"{n} samples"
+
+
 def test_prefill_groups_cut_the_padding_and_change_no_number(model_tok):
     """A forward's prefill chunks are attended in groups of like lengths (runner.py
     `prefill_groups`): short steps over short histories no longer pad to the longest. A
@@ -120,10 +144,10 @@ def test_prefill_groups_cut_the_padding_and_change_no_number(model_tok):
     others = _others(4, 60, longest=12) + _others(4, 70, longest=900)
     assert len(prefill_groups([40] + [len(o) for o in others], [40] + [len(o) for o in others])) > 1
     engine = _engine(model_tok)
-    built, group = [], engine.runner._group
-    engine.runner._group = lambda chunks, decode, shared=False: built.append(decode) or group(chunks, decode, shared)
+    built, group = [], engine.runner._prefill_group
+    engine.runner._prefill_group = lambda chunks: built.append(len(chunks)) or group(chunks)
     out = engine.score([target, *others], [positions, *[[len(o) - 1] for o in others]])[0]
-    assert built.count(False) > 1  # the forward attended its prefill chunks in several groups
+    assert len(built) > 1  # the forward attended its prefill chunks in several groups
     assert torch.equal(out, alone)
 
 

@@ -45,7 +45,7 @@ def test_decode_attention_over_a_bfloat16_pool(layout, narrow, monkeypatch):
     monkeypatch.setattr(pool, "NARROW_MIN_ELEMENTS", 0 if narrow else 1 << 30)
     from ets.engine import cascade
     from ets.engine.attention import AttentionGroup, DecodeMeta, _attend_decode, _attend_group
-    from ets.engine.workspace import DecodeKV
+    from ets.engine.workspace import DecodeKV, Workspace
 
     gen = torch.Generator().manual_seed(0)
     kv_heads, heads, dim, n_slots = 2, 4, 16, 400
@@ -61,8 +61,7 @@ def test_decode_attention_over_a_bfloat16_pool(layout, narrow, monkeypatch):
         got = cascade.attend(meta, q, k16, v16, 0.3)
     else:
         cap = max(ends)
-        kv = DecodeKV(1, torch.bfloat16, "cpu", limit_bytes=1 << 30)
-        kv.keep(2 * kv_heads * 6 * cap * dim)
+        kv = DecodeKV(Workspace(torch.bfloat16, "cpu"))
         decode = DecodeMeta(kv, fresh=True, per_layer=True, cap=cap, slots=table[:, :cap],
                             cols=torch.tensor(ends) - 1, rows=torch.arange(6))
         group = AttentionGroup(table[:, :cap], torch.tensor(ends)[:, None] - 1, None, 6, decode=decode)

@@ -150,6 +150,40 @@ def test_cascade_gathers_its_prefixes_once_while_its_samples_grow(model_tok, mon
     assert len(prefix_gathers) == model.config.num_hidden_layers
 
 
+def test_decode_groups_keep_their_buffers_apart(model_tok, monkeypatch):
+    """Decode cut into several groups of each kind (ets/engine/groups.py; every cut taken
+    here), their kept buffers side by side in shared arenas: short and long paths, alone and
+    with siblings, some stopping early (their rows compacted away), all running past their
+    columns (rebuilds; the cascade's growths). Every token equals transformers' greedy
+    choice, and forwards did reuse several groups' buffers at once."""
+    from ets.engine import groups
+    from ets.engine.runner import ModelRunner
+
+    monkeypatch.setattr(groups, "DECODE_SPLIT_MIN_SCORES", 0)
+    seen = []  # per forward and kind: (groups, how many reused their buffers)
+    real = ModelRunner._decode_groups
+
+    def recording(runner, chunks, shared):
+        out = real(runner, chunks, shared)
+        seen.append((len(out), sum(not g.decode.fresh for _, g in out)))
+        return out
+
+    monkeypatch.setattr(ModelRunner, "_decode_groups", recording)
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=4096)
+    prompts = [random_tokens(n, seed=30 + n) for n in (5, 8, 120, 150, 11, 140)]
+    samples = [1, 1, 1, 1, 3, 3]
+    refs = [_greedy(model, p, 40) for p in prompts]
+    stop = refs[0][10]  # the first path (and any other that makes this token) stops early
+    outs = engine.expand(list(zip(prompts, samples)), max_new_tokens=40, temperature=0, stop=[stop], ignore_eos=True)
+    engine.check()
+    for ref, group, n in zip(refs, outs, samples):
+        cut = ref[: ref.index(stop) + 1] if stop in ref else ref
+        assert [c.token_ids for c in group] == [cut] * n
+    assert max(n for n, _ in seen) > 1
+    assert any(reused > 1 for _, reused in seen)
+
+
 @pytest.mark.parametrize("layout", ["uneven", "even"])
 def test_cascade_equals_plain_attention(layout):
     """The shared-prefix decode path against plain SDPA on the same gathered context: with

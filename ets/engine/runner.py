@@ -16,11 +16,12 @@ from typing import Sequence
 import torch
 
 from ets.engine import attention, cascade
+from ets.engine.groups import cascade_decode_groups, plain_decode_groups, prefill_groups
 from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
 from ets.engine.invariant import KEY_BLOCK, MIN_ROWS, least_per_product, round_up
 from ets.engine.table import SlotTable
-from ets.engine.workspace import HEADROOM, DecodeKV, Workspace
+from ets.engine.workspace import HEADROOM, DecodeGroups, DecodeKV, Workspace
 
 
 class Outputs(Sequence[torch.Tensor]):
@@ -47,54 +48,6 @@ class Outputs(Sequence[torch.Tensor]):
         return self.rows.index_select(0, torch.tensor(index, dtype=torch.long, device=self.rows.device))
 
 
-# A prefill group's attention pads every sequence to its longest chunk (queries) and its
-# longest context (keys, to KEY_BLOCK). A PRM round mixes steps of 10-40 tokens over
-# histories of 100-400: in the demo's ETS run (W=8, 10 problems) one group per forward
-# computed 1.57x the scores its queries need, these groups 1.30x. A group costs its fixed
-# ops per layer: a cut is made when it saves more scores (per query head and layer) than
-# SPLIT_MIN_SCORES and more than SPLIT_MIN_SHARE of the group's.
-SPLIT_MIN_SCORES = 1 << 15
-SPLIT_MIN_SHARE = 0.1
-MAX_PREFILL_GROUPS = 4
-
-
-def prefill_groups(lens: list[int], ends: list[int], key_block: int = KEY_BLOCK) -> list[list[int]]:
-    """The prefill chunks (new tokens `lens[i]`, context `ends[i]` after them) in groups
-    attended apart, as lists of indices: sorted by padded context, then cut where the
-    scores the groups compute (chunks x longest chunk x widest context) fall most, up to
-    MAX_PREFILL_GROUPS. Which group a chunk lands in changes none of its numbers
-    (ets/engine/invariant.py: query blocks and key padding are a sequence's own)."""
-    order = sorted(range(len(lens)), key=lambda i: (round_up(ends[i], key_block), lens[i]))
-
-    def best_cut(part: list[int]) -> tuple[int, int]:
-        """(scores saved, cut) of the best split of `part` in two; (0, 0): none worth it.
-        Sorted by padded context, a left part's widest context is its last."""
-        n = len(part)
-        width = [round_up(ends[i], key_block) for i in part]
-        left_q, right_q = [0] * n, [0] * n  # longest chunk up to k, and from k
-        for k in range(n):
-            left_q[k] = max(lens[part[k]], left_q[k - 1] if k else 2)
-        for k in range(n - 1, -1, -1):
-            right_q[k] = max(lens[part[k]], right_q[k + 1] if k + 1 < n else 2)
-        whole = n * left_q[-1] * width[-1]
-        best = (0, 0)
-        for cut in range(1, n):
-            saving = whole - cut * left_q[cut - 1] * width[cut - 1] - (n - cut) * right_q[cut] * width[-1]
-            if saving > max(SPLIT_MIN_SCORES, SPLIT_MIN_SHARE * whole) and saving > best[0]:
-                best = (saving, cut)
-        return best
-
-    parts, cuts = [order], [best_cut(order)]  # cuts[k]: part k's best cut, found once per part
-    while len(parts) < MAX_PREFILL_GROUPS:
-        p = max(range(len(parts)), key=lambda k: cuts[k][0])
-        if cuts[p][0] == 0:
-            break
-        cut = cuts[p][1]
-        parts[p:p + 1] = halves = [parts[p][:cut], parts[p][cut:]]
-        cuts[p:p + 1] = [best_cut(half) for half in halves]
-    return parts
-
-
 class ModelRunner:
     def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True):
         attention.register()
@@ -115,14 +68,10 @@ class ModelRunner:
             rep = model.config.num_attention_heads // self.kv_heads
             self.min_members = max(least_per_product(d, self.head_dim, rep) for d in (dtype, next(model.parameters()).dtype))
         self.workspace = Workspace(dtype, self.device)
-        # kept decode buffers, of the plain group (False) and of the cascade one (True): each
-        # at most as much memory again as the pool itself (and KEY_BLOCK columns a row: _slack)
-        self.decode_kv = {shared: DecodeKV(len(pool.k), dtype, self.device, limit_bytes=pool.num_bytes, grows=shared)
+        # kept decode buffers, of the plain groups (False) and of the cascade ones (True): each
+        # kind at most as much memory again as the pool itself (and KEY_BLOCK columns a row: _slack)
+        self.decode_kv = {shared: DecodeGroups(len(pool.k), dtype, self.device, limit_bytes=pool.num_bytes, grows=shared)
                           for shared in (False, True)}
-        # the decode group's cascade metadata of the last forward, advanced in place while the
-        # kept buffers are reused as they are (workspace.DecodeKV.plan: same sequences, one
-        # step further); any other plan builds it afresh
-        self._last_cascade: cascade.CascadeMeta | None = None
 
     @contextlib.contextmanager
     def _paged_attention(self):
@@ -147,6 +96,14 @@ class ModelRunner:
         order = sorted(range(len(chunks)), key=lambda i: (kind[i], chunks[i].cluster))
         n_plain, n_cascade = kind.count(0), kind.count(1)
         n_decode = n_plain + n_cascade
+        groups = []
+        for shared, lo, hi in ((False, 0, n_plain), (True, n_plain, n_decode)):
+            if hi > lo:  # this kind's decode groups, packed one after another
+                decode = self._decode_groups([chunks[i] for i in order[lo:hi]], shared)
+                order[lo:hi] = [order[lo + k] for part, _ in decode for k in part]
+                groups.extend(group for _, group in decode)
+            else:  # a forward without this kind of decode token: its kept buffers go stale
+                self.decode_kv[shared].reset()
         prefill = order[n_decode:]
         parts = prefill_groups([len(chunks[i].token_ids) for i in prefill],
                                [chunks[i].start + len(chunks[i].token_ids) for i in prefill]) if prefill else []
@@ -160,15 +117,9 @@ class ModelRunner:
             ids.extend(c.token_ids)
             pos.extend(range(c.start, c.start + len(c.token_ids)))
             keep.extend(base + k for k in c.keep)
-        groups = []
-        for shared, lo, hi in ((False, 0, n_plain), (True, n_plain, n_decode)):
-            if hi > lo:
-                groups.append(self._group(ordered[lo:hi], decode=True, shared=shared))
-            else:  # a forward without this kind of decode token: its kept buffers go stale
-                self.decode_kv[shared].uids = None
         at = n_decode
         for part in parts:
-            groups.append(self._group(ordered[at:at + len(part)], decode=False))
+            groups.append(self._prefill_group(ordered[at:at + len(part)]))
             at += len(part)
 
         # At least MIN_ROWS rows through the model's matmuls (copies of the last token, and
@@ -217,82 +168,145 @@ class ModelRunner:
         return cascade.build(rows, self.table.rows, [c.shared for c in chunks], cluster_of, member_of,
                              [c.start + 1 for c in chunks], self.device, cap, KEY_BLOCK, self.min_members)
 
-    def _decode_group(self, chunks: list[Chunk], rows: torch.Tensor, starts: torch.Tensor,
-                      l_max: int, shared: bool) -> attention.AttentionGroup:
-        """A decode group (`shared`: clusters of siblings, cascade attention; else one
-        sequence per path, plain) and its kept gather buffers (workspace.DecodeKV): rebuilt
-        when the group is not the last forward's sequences one step further, else only
-        extended; past the buffers' columns, the cascade gathers its own columns anew and
-        keeps its prefixes (`grow`), the plain group rebuilds (its rows are whole contexts)."""
-        kv = self.decode_kv[shared]
-        # columns the buffers need now: plain, the whole context; cascade, the own part
-        need = l_max if not shared else max(c.start + 1 - c.shared for c in chunks)
+    def _decode_groups(self, chunks: list[Chunk], shared: bool) -> list[tuple[list[int], attention.AttentionGroup]]:
+        """The decode chunks of one kind (`shared`: clusters of siblings, cascade attention;
+        else one sequence per path, plain) in groups (ets/engine/groups.py), each with its
+        kept gather buffers (workspace.DecodeKV): (the chunks' indices, in packing order,
+        and the group) per group. `chunks` come sorted by cluster.
+
+        The buffers are reused while the groups are the last forward's sequences one step
+        further, or fewer of them (the leavers' rows compacted away); past a cascade
+        group's columns, every cascade group gathers its own columns anew, wider, and keeps
+        its prefixes (`grow`); any other change (a newcomer, a plain group past its columns)
+        cuts the groups afresh and rebuilds them all."""
+        kind = self.decode_kv[shared]
+        where = kind.route([c.uid for c in chunks])
+        mode, parts, reuse = "rebuild", [], {}
+        if where is not None:  # the same sequences, or fewer: each stays in its group
+            parts = [[] for _ in range(max(where) + 1)]
+            for k, w in enumerate(where):
+                parts[w].append(k)
+            for w, part in enumerate(parts):
+                if part:
+                    mine = [chunks[k] for k in part]
+                    uids, starts, _, clusters = self._held(mine, shared)
+                    reuse[w] = kind.groups[w].plan(uids, starts, shared, self._need(mine, shared), clusters)
+            found = list(reuse.values())
+            if all(r is not None for r in found):
+                grow = any(r.grow for r in found)
+                mode = "reuse" if not grow else "grow" if all(r.keep is None for r in found) else "rebuild"
+        if mode == "rebuild":
+            parts, reuse = self._cut(chunks, shared), {}
+        states = kind.ensure(len(parts))
+        live = [(w, [chunks[k] for k in part]) for w, part in enumerate(parts) if part]
+        if mode != "reuse":
+            self._lay_out(kind, [states[w] for w, _ in live], [mine for _, mine in live], shared, mode)
+        out = []
+        for w, mine in live:
+            out.append((parts[w], self._decode_group(states[w], mine, shared, mode, reuse.get(w))))
+            states[w].commit(*self._held(mine, shared))
+        kind.assign = {chunks[k].uid: w for w, part in enumerate(parts) for k in part}
+        return out
+
+    @staticmethod
+    def _held(chunks: list[Chunk], shared: bool) -> tuple:
+        """What a group's kept buffers hold: (uids, starts, mode, clusters)."""
         clusters = tuple(dict.fromkeys(c.cluster for c in chunks)) if shared else ()
-        reuse = kv.plan(tuple(c.uid for c in chunks), [c.start for c in chunks], shared, need, clusters)
-        fresh = reuse is None
-        grow = reuse is not None and reuse.grow
-        if fresh or grow:
-            kv.cap = self._cap(chunks, need, len(clusters))
-        cap = kv.cap
-        if shared and reuse is not None and reuse.keep is None and not grow and self._last_cascade is not None:
-            # the same sequences, each one token further: only their own lengths moved
-            casc = self._last_cascade.advance()
-        else:
-            casc = self._cascade(chunks, rows, cap) if shared else None
+        return tuple(c.uid for c in chunks), [c.start for c in chunks], shared, clusters
+
+    @staticmethod
+    def _need(chunks: list[Chunk], shared: bool) -> int:
+        """Columns a group's buffers need now: plain, the whole context; cascade, the own part."""
+        return max(c.start + 1 - (c.shared if shared else 0) for c in chunks)
+
+    def _cut(self, chunks: list[Chunk], shared: bool) -> list[list[int]]:
+        """A kind's decode chunks cut into groups (ets/engine/groups.py), as lists of their
+        indices, each in the chunks' order (so sorted by cluster, as cascade.build needs)."""
+        if not shared:
+            return [sorted(part) for part in plain_decode_groups([c.start + 1 for c in chunks], HEADROOM)]
+        first: dict[tuple, int] = {}  # cluster -> its index, in order of appearance
+        members, prefixes, owns, of = [], [], [], []
+        for c in chunks:
+            if c.cluster not in first:
+                first[c.cluster] = len(members)
+                members.append(0), prefixes.append(c.shared), owns.append(0)
+            i = first[c.cluster]
+            members[i] += 1
+            owns[i] = max(owns[i], c.start + 1 - c.shared)
+            of.append(i)
+        parts = cascade_decode_groups(members, prefixes, owns, self.min_members, HEADROOM)
+        return [[k for k in range(len(chunks)) if of[k] in set(part)] for part in parts]
+
+    def _lay_out(self, kind: DecodeGroups, states: list[DecodeKV], parts: list[list[Chunk]], shared: bool,
+                 mode: str) -> None:
+        """On a rebuild or a growth: each group's columns (`need` and HEADROOM more, a
+        multiple of KEY_BLOCK; no headroom when that much would not be kept, for rebuilding
+        a few steps sooner costs far less than gathering every layer at every step),
+        whether the kind's buffers are kept per layer (workspace.DecodeGroups.keep: at most
+        the pool's bytes), and where each group's regions lie (a growth moves only the
+        own columns: the prefixes stay where they are)."""
+        per_column = self.kv_heads * self.head_dim
+        rows = sum(len(p) for p in parts)
+        needs = [self._need(p, shared) for p in parts]
+        fixed = [0] * len(parts)  # columns besides the own ones: the cascade's prefix regions
         if shared:
-            self._last_cascade = casc
-        old_pre_cols = kv.pre_cols
+            fixed = [len({c.cluster for c in p}) * cascade.prefix_columns(
+                max(c.shared for c in p), self.table.rows.shape[1], KEY_BLOCK) for p in parts]
+        caps = [round_up(n + HEADROOM, KEY_BLOCK) for n in needs]
+        room = kind.limit_elements(self._slack(rows)) // per_column
+        if sum(f + cap * len(p) for f, cap, p in zip(fixed, caps, parts)) > room:
+            caps = [round_up(n, KEY_BLOCK) for n in needs]
+        if not shared:
+            caps = [min(cap, self.table.rows.shape[1]) for cap in caps]
+        own = [cap * len(p) * per_column for cap, p in zip(caps, parts)]
+        kind.keep(sum(fixed) * per_column + sum(own), self._slack(rows))
+        for state, cap in zip(states, caps):
+            state.cap = cap
+        if shared and mode == "rebuild":
+            kind.lay_out(states, "pre", [f * per_column for f in fixed])
+        kind.lay_out(states, "own" if shared else "ctx", own)
+
+    def _decode_group(self, state: DecodeKV, chunks: list[Chunk], shared: bool, mode: str,
+                      reuse) -> attention.AttentionGroup:
+        """One decode group over its kept buffers (`state`), in `mode`: "rebuild" (every
+        layer gathers), "grow" (a cascade group gathers its own columns anew) or "reuse"
+        (only the new tokens are written, after compacting `reuse.keep` when some left)."""
+        dev = self.device
+        rows = torch.tensor([c.row for c in chunks], dtype=torch.long, device=dev)
+        starts = torch.tensor([c.start for c in chunks], dtype=torch.long, device=dev)
+        l_max = max(c.start + 1 for c in chunks)
+        if shared and mode == "reuse" and reuse.keep is None and state.last_cascade is not None:
+            # the same sequences, each one token further: only their own lengths moved
+            casc = state.last_cascade.advance()
+        else:
+            casc = self._cascade(chunks, rows, state.cap) if shared else None
+        state.last_cascade = casc
+        old_pre_cols = state.pre_cols
         if casc is None:
-            slots = self.table.rows[rows, :cap]
-            cols = starts
-            per_row = cap
+            slots, cols = self.table.rows[rows, :state.cap], starts
         else:
             slots, cols = casc.own_slots, casc.own_cols
-            per_row = casc.pre_slots.numel() / len(chunks) + cap
-            kv.pre_cols = casc.pre_slots.shape[1]
-        per_column = self.kv_heads * self.head_dim
-        kept = kv.keep(int(per_row * len(chunks)) * per_column, self._slack(len(chunks))) if fresh or grow else kv.kept
-        n = len(chunks)
+            state.pre_cols = casc.pre_slots.shape[1]
         compact = None
         if reuse is not None and reuse.keep is not None:
-            dev = self.device
             compact = attention.Compaction(torch.tensor(reuse.keep, device=dev), reuse.old_rows,
                                            torch.tensor(reuse.keep_clusters or [0], device=dev),
                                            reuse.old_clusters, old_pre_cols)
-        meta = attention.DecodeMeta(kv, fresh, kept, cap, slots, cols, torch.arange(n, device=self.device), compact, grow)
-        return attention.AttentionGroup(self.table.rows[rows, :l_max], starts[:, None], None, n, casc, meta)
+        meta = attention.DecodeMeta(state, mode == "rebuild", state.kept, state.cap, slots, cols,
+                                    torch.arange(len(chunks), device=dev), compact, mode == "grow")
+        return attention.AttentionGroup(self.table.rows[rows, :l_max], starts[:, None], None, len(chunks), casc, meta)
 
     def _slack(self, rows: int) -> int:
         """Elements per layer the kept buffers may hold beyond the pool's size: each row's
         rounding up to KEY_BLOCK columns (a group whose contexts fill the pool still fits)."""
         return rows * KEY_BLOCK * self.kv_heads * self.head_dim
 
-    def _cap(self, chunks: list[Chunk], need: int, n_clusters: int) -> int:
-        """Columns for a decode group's rebuilt buffers: `need` and HEADROOM more, a multiple
-        of KEY_BLOCK (as prefill keys: see invariant.py); less headroom when that much would not
-        be kept (workspace.DecodeKV.keep: at most the pool's bytes), for rebuilding a few
-        steps sooner costs far less than gathering every layer at every step. `n_clusters`:
-        the cascade group's clusters (0: the plain group)."""
-        cap = round_up(need + HEADROOM, KEY_BLOCK)
-        shared = n_clusters > 0
-        fixed = 0  # columns besides the own ones: the cascade's prefix regions, as cascade.build lays them out
-        if shared:
-            fixed = n_clusters * cascade.prefix_columns(
-                max(c.shared for c in chunks), self.table.rows.shape[1], KEY_BLOCK)
-        elements = self.decode_kv[shared].limit_elements(self._slack(len(chunks)))
-        room = elements // (self.kv_heads * self.head_dim) - fixed
-        if room < cap * len(chunks):
-            cap = max(round_up(need, KEY_BLOCK), room // len(chunks) // KEY_BLOCK * KEY_BLOCK)
-        return min(cap, self.table.rows.shape[1]) if not shared else cap
-
-    def _group(self, chunks: list[Chunk], decode: bool, shared: bool = False) -> attention.AttentionGroup:
+    def _prefill_group(self, chunks: list[Chunk]) -> attention.AttentionGroup:
         dev = self.device
         rows = torch.tensor([c.row for c in chunks], dtype=torch.long, device=dev)
         lens = [len(c.token_ids) for c in chunks]
         starts = torch.tensor([c.start for c in chunks], dtype=torch.long, device=dev)
         l_max = max(c.start + n for c, n in zip(chunks, lens))
-        if decode:
-            return self._decode_group(chunks, rows, starts, l_max, shared)
         # Keys padded to a multiple of KEY_BLOCK (masked): a query's sums run in the same
         # order whatever the longest sequence beside this one is (see invariant.py)
         kv_slots = self.table.rows[rows, :min(round_up(l_max, KEY_BLOCK), self.table.rows.shape[1])]

@@ -27,6 +27,13 @@ lives in the pool; nothing here is accounted as cache):
   transposed view of [.., cols, D] (a tree step's largest operand). Only regions that no
   step writes: a new token's key in that layout is a column, one cache line per element
   (7x the cost of writing a row), which ate the whole gain where tried on the own columns.
+- `DecodeGroups`: the decode sequences of one kind (plain or cascade) are cut into a few
+  groups of like shapes (ets/engine/groups.py), each a `DecodeKV`; their buffers lie side
+  by side in one arena per region, layer and K/V, laid out on a rebuild:
+
+      arena ("ctx", "k", layer l):  [ group 0: B0 x cap0 | group 1: B1 x cap1 | .. ]
+
+  so the groups together hold no more than one group of the kind would have.
 """
 
 from __future__ import annotations
@@ -71,44 +78,47 @@ class Workspace:
         self.dtype, self.device = dtype, device
         self._bufs: dict[object, torch.Tensor] = {}
 
-    def get(self, name, shape: tuple[int, ...]) -> torch.Tensor:
+    def get(self, name, shape: tuple[int, ...], offset: int = 0) -> torch.Tensor:
+        """A view of this shape at element `offset` of the buffer `name` (grown if it is too
+        small: what it held is then lost, see `reserve`)."""
         n = 1
         for s in shape:
             n *= s
+        buf = self.reserve(name, offset + n)
+        return buf[offset:offset + n].view(shape)
+
+    def reserve(self, name, numel: int) -> torch.Tensor:
+        """The buffer `name`, holding at least `numel` elements: grown (a new tensor, by a
+        quarter more at least) before views into it are handed out, never in between."""
         buf = self._bufs.get(name)
-        if buf is None or buf.numel() < n:
-            buf = self._bufs[name] = torch.empty(max(n, int(1.25 * (0 if buf is None else buf.numel()))),
+        if buf is None or buf.numel() < numel:
+            buf = self._bufs[name] = torch.empty(max(numel, int(1.25 * (0 if buf is None else buf.numel()))),
                                                  dtype=self.dtype, device=self.device)
-        return buf[:n].view(shape)
+        return buf
 
 
 class DecodeKV:
-    """The decode group's gathered K/V per layer, kept while the group stays the same.
+    """One decode group's gathered K/V per layer, kept while the group stays the same: the
+    state of the sequences its buffers hold, and where in its kind's arenas they lie
+    (`base`: the element offset of each region; `DecodeGroups` lays them out).
 
-    `plan(uids, starts, fits)` is called once per forward: True (fresh) when every layer
-    must gather again, False when it only writes the new tokens. Above `limit_bytes` the
-    buffers are not kept per layer (one set, shared by every layer, gathered fresh each
-    time), so this never costs more than that much memory beyond the pool (and one region's
-    keys of one layer again: the staging of their transpose on a rebuild).
+    `plan` is asked once per forward, `commit` records what the forward holds. `grows`:
+    its rows are regions of which only the last one grows (the cascade's prefixes | own
+    columns), so past `cap` that region alone is gathered anew; else (the plain group: a
+    row is one whole context) running past `cap` rebuilds."""
 
-    `grows`: its rows are regions of which only the last one grows (the cascade's
-    prefixes | own columns), so past `cap` that region alone is gathered anew; else (the
-    plain group: a row is one whole context) running past `cap` rebuilds."""
-
-    def __init__(self, num_layers: int, dtype: torch.dtype, device, limit_bytes: int, grows: bool = False):
-        self.num_layers = num_layers
+    def __init__(self, ws: Workspace, grows: bool = False):
+        self.ws = ws
         self.grows = grows
-        self.limit_bytes = limit_bytes
-        self.element = torch.empty((), dtype=dtype).element_size()
-        self.ws = Workspace(dtype, device)
         self.uids: tuple[int, ...] | None = None
         self.starts: list[int] = []
         self.mode: object = None
-        self.mode_prev: object = None
         self.clusters: tuple[int, ...] = ()
         self.cap = 0
         self.pre_cols = 0   # the prefix region's columns at the last forward (cascade)
         self.kept = False
+        self.base: dict[str, int] = {}
+        self.last_cascade = None  # the cascade metadata of the last forward (runner.py)
 
     def plan(self, uids: tuple[int, ...], starts: list[int], mode: object, need: int,
              clusters: tuple[int, ...] = ()) -> "Reuse | None":
@@ -117,14 +127,11 @@ class DecodeKV:
         They are reusable when the group is the last forward's sequences (`uids`, in the
         same `mode`), each one position further: within the buffers' `cap` columns, or
         past them where only the last region grows (`grow`: the caller gathers it anew,
-        wider); and also when some
-        sequences left (finished), within `cap`: the survivors' rows (and the surviving
-        `clusters`' prefix rows) are compacted in place of a gather. The caller sets `cap`
-        on a rebuild or a growth."""
+        wider); and also when some sequences left (finished), within `cap`: the survivors'
+        rows (and the surviving `clusters`' prefix rows) are compacted in place of a
+        gather."""
         old_uids, old_starts, old_clusters = self.uids, self.starts, self.clusters
-        self.uids, self.starts, self.mode_prev, self.clusters = uids, starts, self.mode, clusters
-        self.mode = mode
-        if not (self.kept and old_uids is not None and mode == self.mode_prev):
+        if not (self.kept and old_uids is not None and mode == self.mode):
             return None
         if uids == old_uids:
             if all(s == p + 1 for s, p in zip(starts, old_starts)) and (need <= self.cap or self.grows):
@@ -142,27 +149,74 @@ class DecodeKV:
             return None
         return Reuse(keep, ckeep, len(old_uids), len(old_clusters))
 
+    def commit(self, uids: tuple[int, ...], starts: list[int], mode: object, clusters: tuple[int, ...] = ()) -> None:
+        """The buffers hold these sequences now, at these positions."""
+        self.uids, self.starts, self.mode, self.clusters = uids, starts, mode, clusters
+
     def compact(self, name: str, layer, old_shape: tuple[int, ...], new_shape: tuple[int, ...],
                 keep: torch.Tensor) -> None:
         """Rows `keep` of region `name`'s buffers ([Hkv, R_old, cols_old, D] as `buffers`
         takes shapes) become its rows 0.. [Hkv, R_new, cols_new <= cols_old, D] (through a
         scratch copy: they overlap)."""
         cols = new_shape[2]
+        base = self.base.get(name, 0)
         for kv in ("k", "v"):
-            old = self.ws.get((name, kv, layer), _layout(name, kv, old_shape))
+            old = self.ws.get((name, kv, layer), _layout(name, kv, old_shape), base)
             tmp = self.ws.get("compact", (old_shape[0], len(keep), *old.shape[2:]))
             torch.index_select(old, 1, keep, out=tmp)
-            new = self.ws.get((name, kv, layer), _layout(name, kv, new_shape))
+            new = self.ws.get((name, kv, layer), _layout(name, kv, new_shape), base)
             new.copy_(tmp[..., :cols] if _transposed(name, kv) else tmp[:, :, :cols])
 
     def buffers(self, name: str, layer, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V buffers of region `name` for `layer`, for `shape` [Hkv, R, cols, D] (the
         keys of TRANSPOSED_KEYS [Hkv, R, D, cols])."""
-        return self.ws.get((name, "k", layer), _layout(name, "k", shape)), self.ws.get((name, "v", layer), shape)
+        base = self.base.get(name, 0)
+        return (self.ws.get((name, "k", layer), _layout(name, "k", shape), base),
+                self.ws.get((name, "v", layer), shape, base))
 
     def scratch(self, shape: tuple[int, ...]) -> torch.Tensor:
         """A scratch tensor of this shape (a gather's staging before the keys' transpose)."""
         return self.ws.get("staging", shape)
+
+
+class DecodeGroups:
+    """The kept buffers of one kind of decode group (plain, or cascade), in up to a few
+    groups (ets/engine/groups.py) that share arenas: per region, layer and K/V one buffer,
+    each group's rows at its own offset, so the groups together never hold more than the
+    kind's one group would (at most `limit_bytes`, as much as the pool; above it the
+    buffers are not kept per layer: one set, shared by every layer, gathered fresh each
+    time).
+
+    `assign` maps each sequence (admission uid) of the last forward to its group: while
+    only the same sequences decode on, they stay where they are; a newcomer re-cuts the
+    groups and every one rebuilds."""
+
+    def __init__(self, num_layers: int, dtype: torch.dtype, device, limit_bytes: int, grows: bool = False):
+        self.num_layers = num_layers
+        self.grows = grows
+        self.limit_bytes = limit_bytes
+        self.element = torch.empty((), dtype=dtype).element_size()
+        self.ws = Workspace(dtype, device)
+        self.groups: list[DecodeKV] = []
+        self.assign: dict[int, int] = {}
+        self.kept = False
+
+    def route(self, uids: list[int]) -> list[int] | None:
+        """The group of each sequence, as the last forward cut them; None if any is new."""
+        where = [self.assign.get(u, -1) for u in uids]
+        return None if not where or min(where) < 0 else where
+
+    def ensure(self, n: int) -> list[DecodeKV]:
+        """At least n groups (their buffers' state; arenas shared)."""
+        while len(self.groups) < n:
+            self.groups.append(DecodeKV(self.ws, self.grows))
+        return self.groups
+
+    def reset(self) -> None:
+        """A forward without this kind of decode token: every kept buffer goes stale."""
+        self.assign = {}
+        for g in self.groups:
+            g.uids = None
 
     def limit_elements(self, slack: int = 0) -> int:
         """The elements per layer, K or V, that buffers kept per layer may hold (`slack`:
@@ -170,11 +224,24 @@ class DecodeKV:
         return self.limit_bytes // (2 * self.num_layers * self.element) + slack
 
     def keep(self, numel_per_layer: int, slack: int = 0) -> bool:
-        """Whether buffers of this size (elements per layer, K or V, every region) are
-        kept per layer; called on a rebuild. False: every layer shares layer 0's buffers.
-        `slack`: elements per layer allowed beyond the limit (the columns by which the
-        caller rounds each row up: a group whose contexts fill the pool still fits)."""
+        """Whether buffers of this size (elements per layer, K or V, every group and region)
+        are kept per layer; decided on a rebuild or a growth. False: every layer shares
+        layer 0's buffers. `slack`: elements per layer allowed beyond the limit (the
+        columns by which the caller rounds each row up: a group whose contexts fill the pool
+        still fits)."""
         self.kept = numel_per_layer <= self.limit_elements(slack)
-        if not self.kept:
-            self.uids = None  # nothing survives this forward
+        for g in self.groups:
+            g.kept = self.kept
         return self.kept
+
+    def lay_out(self, groups: list[DecodeKV], region: str, sizes: list[int]) -> None:
+        """Place `region`'s buffers of these groups (`sizes[i]` elements per layer, K or V,
+        of groups[i]) one after another, and reserve the arenas now: no buffer grows (and
+        loses what another group keeps in it) while a forward runs."""
+        at = 0
+        for g, n in zip(groups, sizes):
+            g.base[region] = at
+            at += n
+        for layer in range(self.num_layers if self.kept else 1):
+            for kv in ("k", "v"):
+                self.ws.reserve((region, kv, layer), at)
