@@ -67,6 +67,7 @@ scheduler.postprocess; the scheduler only plans and never sees the model):
     table.py      per-sequence slots       sequence.py   one request (Seq), a Chunk of it
     scheduler.py  admission, memory, the step's Plan, postprocess (no model)
     runner.py     one forward of a Plan's chunks
+    groups.py     the forward's sequences cut into groups of like shapes, attended apart
     attention.py  paged attention fn       cascade.py    shared-prefix decode attention
     workspace.py  reused gather buffers (decode keeps its gathered contexts across steps)
     invariant.py  the rules that keep a sequence's numbers independent of its batch-mates
@@ -78,7 +79,9 @@ Tokens of a call that several sequences share are computed once (prefix.py); sam
 path decode with cascade attention, reading the path's KV once per step (cascade.py).
 Decode gathers each sequence's context from the pool once, into buffers kept across steps
 (at most the pool's size again, scratch, not counted as KV): a step writes only its new
-tokens there, and sequences that finish are compacted out (workspace.py).
+tokens there, and sequences that finish are compacted out (workspace.py). Sequences of
+very different lengths (many searches in flight) are attended in groups of like shapes, so
+few pad to the batch's longest (groups.py).
 """
 
 from ets.engine.engine import DEFAULT_KV_TOKENS, DEFAULT_MAX_BATCH_TOKENS, Continuation, Engine, Request

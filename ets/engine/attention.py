@@ -14,10 +14,10 @@ the runner passed for this forward (`ets_batch`, a `PackedBatch`):
    tokens, and prefill chunks on the CPU, where SDPA's blocking follows the batch: see
    invariant.py); prefill chunks on a GPU with torch SDPA.
 
-Sequences are attended in groups (decode tokens together, prefill chunks together) so a
-long prefill does not pad every decode query to its length; decode tokens of sequences
-that share a cached prefix read it once (ets/engine/cascade.py). The same code runs on
-CPU and GPU.
+Sequences are attended in groups (decode tokens apart from prefill chunks, and each kind
+cut into groups of like shapes: ets/engine/groups.py) so a long context does not pad every
+other query to its length; decode tokens of sequences that share a cached prefix read it
+once (ets/engine/cascade.py). The same code runs on CPU and GPU.
 
     packed q:   [ s0 s1 s2 | s3 s3 s3 s3 | s4 s4 ]      decode group = s0..s2 (1 token each)
                   decode     prefill group (padded to the longest chunk, Qmax = 4)
