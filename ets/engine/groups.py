@@ -38,8 +38,8 @@ def cut(items: Sequence[tuple[Sequence[float], Sequence[float]]], cost: Cost, ma
         min_scores: int = SPLIT_MIN_SCORES) -> list[list[int]]:
     """`items` (already in the order parts are cut along), each (summed features, maxed
     features), cut into at most `max_groups` contiguous parts, each cut the one saving the
-    most `cost`, while a cut saves more than `min_scores` and SPLIT_MIN_SHARE of its part. Returns the parts as lists
-    of indices into `items`."""
+    most `cost`, while a cut saves more than `min_scores` and SPLIT_MIN_SHARE of its part.
+    Returns the parts as lists of indices into `items`."""
 
     def stats(part: list[int]) -> tuple[list, list]:
         """Running (sums, maxima) from the left ([k]: of part[:k + 1]) and from the right

@@ -229,13 +229,19 @@ class ModelRunner:
         for c in chunks:
             if c.cluster not in first:
                 first[c.cluster] = len(members)
-                members.append(0), prefixes.append(c.shared), owns.append(0)
+                members.append(0)
+                prefixes.append(c.shared)
+                owns.append(0)
             i = first[c.cluster]
             members[i] += 1
             owns[i] = max(owns[i], c.start + 1 - c.shared)
             of.append(i)
         parts = cascade_decode_groups(members, prefixes, owns, self.min_members, HEADROOM)
-        return [[k for k in range(len(chunks)) if of[k] in set(part)] for part in parts]
+        group_of = {c: g for g, part in enumerate(parts) for c in part}
+        out: list[list[int]] = [[] for _ in parts]
+        for k, c in enumerate(of):
+            out[group_of[c]].append(k)
+        return out
 
     def _lay_out(self, kind: DecodeGroups, states: list[DecodeKV], parts: list[list[Chunk]], shared: bool,
                  mode: str) -> None:
