@@ -181,7 +181,7 @@ class ModelRunner:
         cuts the groups afresh and rebuilds them all."""
         kind = self.decode_kv[shared]
         where = kind.route([c.uid for c in chunks])
-        mode, parts, reuse = "rebuild", [], {}
+        mode, parts, reuse, held = "rebuild", [], {}, {}
         if where is not None:  # the same sequences, or fewer: each stays in its group
             parts = [[] for _ in range(max(where) + 1)]
             for k, w in enumerate(where):
@@ -189,14 +189,15 @@ class ModelRunner:
             for w, part in enumerate(parts):
                 if part:
                     mine = [chunks[k] for k in part]
-                    uids, starts, _, clusters = self._held(mine, shared)
+                    uids, starts, _, clusters = held[w] = self._held(mine, shared)
                     reuse[w] = kind.groups[w].plan(uids, starts, shared, self._need(mine, shared), clusters)
             found = list(reuse.values())
             if all(r is not None for r in found):
                 grow = any(r.grow for r in found)
                 mode = "reuse" if not grow else "grow" if all(r.keep is None for r in found) else "rebuild"
-        if mode == "rebuild":
-            parts, reuse = self._cut(chunks, shared), {}
+        if mode == "rebuild":  # cut afresh; `assign` keeps the leavers' uids till then (a uid is never reused)
+            parts, reuse, held = self._cut(chunks, shared), {}, {}
+            kind.assign = {chunks[k].uid: w for w, part in enumerate(parts) for k in part}
         states = kind.ensure(len(parts))
         live = [(w, [chunks[k] for k in part]) for w, part in enumerate(parts) if part]
         if mode != "reuse":
@@ -204,8 +205,7 @@ class ModelRunner:
         out = []
         for w, mine in live:
             out.append((parts[w], self._decode_group(states[w], mine, shared, mode, reuse.get(w))))
-            states[w].commit(*self._held(mine, shared))
-        kind.assign = {chunks[k].uid: w for w, part in enumerate(parts) for k in part}
+            states[w].commit(*(held.get(w) or self._held(mine, shared)))
         return out
 
     @staticmethod
