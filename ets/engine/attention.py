@@ -10,9 +10,10 @@ the runner passed for this forward (`ets_batch`, a `PackedBatch`):
 2. gathers, per sequence, the slots of its whole context (cached prefix + new tokens)
    into buffers it reuses (ets/engine/workspace.py): for decode, kept across forwards,
    so a step only writes the new tokens into them;
-3. attends each query over its own sequence only, causally, with batched matmuls (decode
-   tokens, and prefill chunks on the CPU, where SDPA's blocking follows the batch: see
-   invariant.py); prefill chunks on a GPU with torch SDPA.
+3. attends each query over its own sequence only, causally: on the CPU with batched
+   matmuls (SDPA's blocking follows the batch there: see invariant.py); on a GPU with
+   torch SDPA, prefill chunks and the plain decode groups (`FUSED_DECODE`), the cascade's
+   clusters with batched matmuls still.
 
 Sequences are attended in groups (decode tokens apart from prefill chunks, and each kind
 cut into groups of like shapes: ets/engine/groups.py) so a long context does not pad every
@@ -125,6 +126,14 @@ class AttentionGroup:
             self._masks[window] = self._allowed(window, self.kv_slots.shape[1])[:, None]
         return self._masks[window]
 
+    def decode_mask(self, window: int | None, width: int) -> torch.Tensor:
+        """Decode: [B, 1, 1, width] bool, True = may attend (SDPA's layout, broadcast over
+        kv heads and their query heads); built once per forward, shared by layers."""
+        key = ("decode", window, width)
+        if key not in self._masks:
+            self._masks[key] = self._allowed(window, width)[:, None]
+        return self._masks[key]
+
     def bias(self, window: int | None, width: int | None = None) -> torch.Tensor:
         """The mask as an additive bias [1, B, Qmax, width] (0 or -inf); decode: [1, B, 1,
         width], for scores laid out [Hkv, B, rep, width]. `width` >= Lmax (default Lmax):
@@ -230,12 +239,38 @@ def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_poo
     width = k.shape[2]
     scaling = dim ** -0.5 if scaling is None else scaling
     k, v = operands(k, v, q.dtype)
+    if fused_decode(q.device):
+        return _fused_decode(group, q, k, v, scaling, window)
     q4 = (q * scaling).view(n_seq, kv_heads, heads // kv_heads, dim).transpose(0, 1).to(k.dtype)  # [Hkv, B, rep, D]
     scores = torch.matmul(q4, k.transpose(-1, -2)) + group.bias(window, width)         # [Hkv, B, rep, W]
     probs = scores.float().softmax(dim=-1).to(v.dtype)
     # every sequence of this group is multiplied rep rows at a time (attend_values)
     out = attend_values(probs, v, fixed_rows=True)                                      # [Hkv, B, rep, D]
     return out.transpose(0, 1).reshape(n_seq, heads, dim).to(q.dtype)
+
+
+# Plain decode attention as one fused kernel (torch SDPA) rather than the CPU's batched
+# matmuls: None = on GPUs only. On a GPU every op is a kernel launch, and the ten or so
+# the matmul path takes per layer cost more than its products (an H200, a 1.5B model:
+# scripts/gpu_check.sh); on the CPU the matmuls stay, for batch invariance (invariant.py).
+FUSED_DECODE: bool | None = None
+
+
+def fused_decode(device: torch.device) -> bool:
+    return device.type != "cpu" if FUSED_DECODE is None else FUSED_DECODE
+
+
+def _fused_decode(group: AttentionGroup, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float,
+                  window) -> torch.Tensor:
+    """q [B, H, D] over the kept buffers k, v [Hkv, B, W, D] -> [B, H, D], in one SDPA call:
+    a kv head's `rep` query heads are its queries (so no K/V is repeated for grouped-query
+    attention), and `decode_mask` [B, 1, 1, W] says which columns each sequence sees."""
+    n_seq, heads, dim = q.shape
+    kv_heads = k.shape[0]
+    q4 = q.view(n_seq, kv_heads, heads // kv_heads, dim).to(k.dtype)                     # [B, Hkv, rep, D]
+    out = F.scaled_dot_product_attention(q4, k.transpose(0, 1), v.transpose(0, 1),
+                                         attn_mask=group.decode_mask(window, k.shape[2]), scale=scaling)
+    return out.reshape(n_seq, heads, dim).to(q.dtype)
 
 
 # The scores of one block of prefill queries, at most this many elements (float32: 64 MB).
