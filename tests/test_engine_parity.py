@@ -135,9 +135,8 @@ def test_cascade_gathers_its_prefixes_once_while_its_samples_grow(model_tok, mon
     """Samples decoding past their buffers' columns (twice in 40 tokens) gather only their
     own columns anew, wider: the prefixes, unchanged, are gathered by the first forward
     alone (once per layer), and every token still equals transformers' greedy choice."""
-    from ets.engine import attention, cascade
+    from ets.engine import cascade
 
-    monkeypatch.setattr(attention, "FUSED_DECODE", False)  # the cascade (a GPU's is off by default)
     model, tok = model_tok
     prefix_gathers = []
     real_take_keys = cascade.take_keys
@@ -157,10 +156,9 @@ def test_decode_groups_keep_their_buffers_apart(model_tok, monkeypatch):
     with siblings, some stopping early (their rows compacted away), all running past their
     columns (rebuilds; the cascade's growths). Every token equals transformers' greedy
     choice, and forwards did reuse several groups' buffers at once."""
-    from ets.engine import attention, groups
+    from ets.engine import groups
     from ets.engine.runner import ModelRunner
 
-    monkeypatch.setattr(attention, "FUSED_DECODE", False)  # both kinds (a GPU has no cascade by default)
     monkeypatch.setattr(groups, "DECODE_SPLIT_MIN_SCORES", 0)
     seen = []  # per forward and kind: (groups, how many reused their buffers)
     real = ModelRunner._decode_groups
@@ -251,29 +249,20 @@ def test_sampling_streams_are_the_same_on_the_device_as_on_the_cpu():
 
 @pytest.mark.parametrize("fused", [False, True])
 def test_fused_decode_matches_transformers(model_tok, monkeypatch, fused):
-    """Decode as one SDPA call per group over whole contexts, siblings too
-    (attention.FUSED_DECODE; a GPU's default), or as the CPU's batched matmuls and cascade:
-    either way greedy tokens equal transformers', across rebuilds and reused buffers, with
-    paths of different lengths, alone and with siblings."""
-    from ets.engine import attention, cascade
+    """Plain decode as one SDPA call (attention.FUSED_DECODE; a GPU's default) or as the
+    CPU's batched matmuls: either way greedy tokens equal transformers', across rebuilds
+    and reused buffers, with contexts of different lengths in one group."""
+    from ets.engine import attention
 
     monkeypatch.setattr(attention, "FUSED_DECODE", fused)
-    calls = {"fused": 0, "cascade": 0}
-    real_fused, real_cascade = attention._fused_decode, cascade.attend
-
-    def count(name, real):
-        def counted(*a, **kw):
-            calls[name] += 1
-            return real(*a, **kw)
-        return counted
-
-    monkeypatch.setattr(attention, "_fused_decode", count("fused", real_fused))
-    monkeypatch.setattr(cascade, "attend", count("cascade", real_cascade))
+    calls = []
+    real = attention._fused_decode
+    monkeypatch.setattr(attention, "_fused_decode", lambda *a: calls.append(1) or real(*a))
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=2048)
     prompts = [random_tokens(9, seed=30), random_tokens(23, seed=31), random_tokens(4, seed=32)]
-    outs = engine.expand(list(zip(prompts, [1, 3, 2])), max_new_tokens=24, temperature=0, ignore_eos=True)
+    outs = engine.generate(prompts, max_new_tokens=24, temperature=0, ignore_eos=True)
     engine.check()
-    for prompt, group in zip(prompts, outs):
-        assert [c.token_ids for c in group] == [_greedy(model, prompt, 24)] * len(group)
-    assert (calls["fused"] > 0, calls["cascade"] > 0) == (fused, not fused)
+    for prompt, out in zip(prompts, outs):
+        assert out == _greedy(model, prompt, 24)
+    assert bool(calls) == fused

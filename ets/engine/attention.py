@@ -12,12 +12,13 @@ the runner passed for this forward (`ets_batch`, a `PackedBatch`):
    so a step only writes the new tokens into them;
 3. attends each query over its own sequence only, causally: on the CPU with batched
    matmuls (SDPA's blocking follows the batch there: see invariant.py); on a GPU with
-   torch SDPA, prefill chunks and decode groups alike (`FUSED_DECODE`: no cascade there).
+   torch SDPA, prefill chunks and the plain decode groups (`FUSED_DECODE`), the cascade's
+   clusters with batched matmuls still.
 
 Sequences are attended in groups (decode tokens apart from prefill chunks, and each kind
 cut into groups of like shapes: ets/engine/groups.py) so a long context does not pad every
-other query to its length; on the CPU, decode tokens of sequences that share a cached
-prefix read it once (ets/engine/cascade.py). The same code runs on CPU and GPU.
+other query to its length; decode tokens of sequences that share a cached prefix read it
+once (ets/engine/cascade.py). The same code runs on CPU and GPU.
 
     packed q:   [ s0 s1 s2 | s3 s3 s3 s3 | s4 s4 ]      decode group = s0..s2 (1 token each)
                   decode     prefill group (padded to the longest chunk, Qmax = 4)
@@ -248,12 +249,10 @@ def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_poo
     return out.transpose(0, 1).reshape(n_seq, heads, dim).to(q.dtype)
 
 
-# Decode attention as one fused kernel (torch SDPA) per group over each sequence's whole
-# context, rather than the CPU's batched matmuls, and without the cascade (the runner then
-# attends sequences with siblings plainly too): None = on GPUs only. On a GPU every op is
-# a kernel launch, and the ten or so the matmul path takes per layer (the cascade's
-# twenty) cost more than their products (an H200, a 1.5B model: scripts/gpu_check.sh); on
-# the CPU the matmuls and the cascade stay, for batch invariance (invariant.py) and reads.
+# Plain decode attention as one fused kernel (torch SDPA) rather than the CPU's batched
+# matmuls: None = on GPUs only. On a GPU every op is a kernel launch, and the ten or so
+# the matmul path takes per layer cost more than its products (an H200, a 1.5B model:
+# scripts/gpu_check.sh); on the CPU the matmuls stay, for batch invariance (invariant.py).
 FUSED_DECODE: bool | None = None
 
 

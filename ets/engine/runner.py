@@ -91,13 +91,8 @@ class ModelRunner:
         # siblings (cascade attention, by cluster); then prefill chunks, in groups of like
         # lengths (prefill_groups). Each group is contiguous. (Which group a sequence joins
         # depends on its own request only, or changes none of its numbers: invariant.py.)
-        # Where decode attention is fused (a GPU: attention.FUSED_DECODE) there is no
-        # cascade: a sequence with siblings is attended plainly too, its whole context in
-        # one SDPA call, as the cascade's two-part products cost more launches than the
-        # shared prefix's second read costs bandwidth there.
         sizes = Counter(c.cluster for c in chunks if c.decode)
-        cascade_ok = not attention.fused_decode(self.device)
-        kind = [(0 if sizes[c.cluster] == 1 or not cascade_ok else 1) if c.decode else 2 for c in chunks]
+        kind = [(0 if sizes[c.cluster] == 1 else 1) if c.decode else 2 for c in chunks]
         order = sorted(range(len(chunks)), key=lambda i: (kind[i], chunks[i].cluster))
         n_plain, n_cascade = kind.count(0), kind.count(1)
         n_decode = n_plain + n_cascade
