@@ -300,13 +300,15 @@ def tree(model, tok, args) -> tuple[list[str], float]:
     for policy in backends.values():  # warm-up: first-call costs out of the timing
         run(policy, prompts[:1], warm)
     results: dict[str, list[dict]] = {name: [] for name in backends}
-    for _ in range(args.repeats):
+    for rep in range(args.repeats):
         for name, policy in backends.items():
             if isinstance(policy, EnginePolicy):
                 policy.release_all()
                 policy.engine.evict()  # every repeat starts from an empty cache
                 policy.engine.reset_stats()
             results[name].append(run(policy, prompts, args))
+            # as it goes: a run stopped at a time limit (scripts/gpu_check.sh) still leaves these
+            print(f"  tree, repeat {rep + 1}, {name}: {results[name][-1]['tok_s']:,.0f} tok/s", flush=True)
     width = max(map(len, backends))
     lines = [f"tree: {args.problems} problems x width {args.width} ({args.beams} beams), {args.steps} steps of <= "
              f"{args.step_tokens} tokens, prompts {args.prompt_tokens} tokens; median [min-max] of {args.repeats} "

@@ -93,9 +93,9 @@ if [ $QUICK -eq 1 ]; then
 else
   BENCH=(--model qwen1.5b --dtype bfloat16 --repeats 3 --threads 1 --kv-budget 131072)
 fi
-part scaling 100 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
+part scaling 90 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
 want scaling && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/scaling.log" | tail -n 12 | tee -a "$REPORT"
-part tree 100 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
+part tree 140 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
 want tree && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/tree.log" | tail -n 9 | tee -a "$REPORT"
 
 # 3. ETS vs REBASE on the demo models
@@ -119,7 +119,7 @@ if [ $QUICK -eq 1 ]; then WIDTHS=4; LIMIT=2; else WIDTHS=64; LIMIT=8; fi
 # The sweep's records stay outside $OUTDIR: the device tool brings back at most 8 files, so
 # only its table travels, inside the report.
 SWEEP_OUT=$(mktemp -d)
-part sweep 110 python3 -m ets sweep --config ets/demo/demo.yaml --methods "$METHODS" --widths "$WIDTHS" \
+part sweep 100 python3 -m ets sweep --config ets/demo/demo.yaml --methods "$METHODS" --widths "$WIDTHS" \
   --out "$SWEEP_OUT" --overwrite --quiet policy.device="$DEVICE" data.limit="$LIMIT" "${EXTRA[@]}"
 want sweep && grep -i "error\|ETS vs REBASE" "$OUTDIR/sweep.log" | tail -n 5 | tee -a "$REPORT"
 for rec in "$SWEEP_OUT"/*.jsonl; do [ -f "$rec" ] && say "$(basename "$rec"): $(wc -l < "$rec") problem(s) recorded"; done
@@ -127,7 +127,7 @@ for md in "$SWEEP_OUT"/*.md; do [ -f "$md" ] && { say "-- sweep table ($(basenam
 
 # Under a policy pool where REBASE is memory-bound: problems/s, in flight, both orders
 if [ $QUICK -eq 1 ]; then BUDGET=(--budgets 8192 --problems 2 --width 4); else BUDGET=(--budgets 65536 --problems 6); fi
-part budget 190 python3 scripts/bench_budget.py "${BUDGET[@]}" --repeats 2 policy.device="$DEVICE" "${EXTRA[@]}"
+part budget 170 python3 scripts/bench_budget.py "${BUDGET[@]}" --repeats 2 policy.device="$DEVICE" "${EXTRA[@]}"
 want budget && grep -v "Loading\|Warning\|forward_call\|it/s" "$OUTDIR/budget.log" | tail -n 14 | tee -a "$REPORT"
 
 say ""
