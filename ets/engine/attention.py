@@ -302,7 +302,7 @@ def _attend_group(group: AttentionGroup, q: torch.Tensor, k_pool, v_pool, scalin
         qp = qp.view(n_seq, q_max, heads, dim)  # [B, Qmax, H, D]
     # 3. causal attention within each sequence
     if q.device.type == "cpu":
-        out = _matmul_attention(group, qp, k, v, scaling, window)
+        out = _matmul_attention(group, qp, k, v, scaling, window, workspace)
     else:  # GQA: SDPA repeats kv heads itself
         out = F.scaled_dot_product_attention(
             qp.transpose(1, 2), k.transpose(0, 1), v.transpose(0, 1), attn_mask=group.mask(window),
@@ -314,10 +314,15 @@ def _attend_group(group: AttentionGroup, q: torch.Tensor, k_pool, v_pool, scalin
 
 
 def _matmul_attention(group: AttentionGroup, qp: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      scaling, window) -> torch.Tensor:
+                      scaling, window, workspace: Workspace | None = None) -> torch.Tensor:
     """qp [B, Qmax, H, D] over k, v [Hkv, B, L, D] -> [B, Qmax, H, D], by blocks of queries,
     each of at least `product_rows` rows (rep per query): fewer are computed another way
-    (invariant.py), so a chunk of fewer queries is padded (zero queries, outputs dropped)."""
+    (invariant.py), so a chunk of fewer queries is padded (zero queries, outputs dropped).
+    float32 scores are masked and softmaxed in place, in `workspace` memory when given (the
+    same kernels, the same numbers): they are a forward's largest tensors, several MB a
+    block, and fresh ones are freshly page-faulted. A REBASE W=64 run's PRM phase, prefill
+    on the PRM's engine, ran 1.15x faster on the CPU so (decode's scores, a few hundred KB,
+    showed no gain)."""
     n_seq, q_max, heads, dim = qp.shape
     kv_heads, width = k.shape[0], k.shape[2]
     rep = heads // kv_heads
@@ -338,8 +343,14 @@ def _matmul_attention(group: AttentionGroup, qp: torch.Tensor, k: torch.Tensor, 
     for i, j in zip([0, *bounds], [*bounds, q_max]):
         n = j - i
         qb = q5[:, :, :, i:j].reshape(kv_heads, n_seq, rep * n, dim)
-        scores = torch.matmul(qb, k.transpose(-1, -2)).view(kv_heads, n_seq, rep, n, width) + bias[None, :, None, i:j]
-        probs = scores.float().softmax(dim=-1).to(v.dtype).view(kv_heads, n_seq, rep * n, width)
+        shape = (kv_heads, n_seq, rep * n, width)
+        into = workspace.get("scores", shape, dtype=qb.dtype) if workspace is not None else None
+        scores = torch.matmul(qb, k.transpose(-1, -2), out=into).view(kv_heads, n_seq, rep, n, width)
+        scores.add_(bias[None, :, None, i:j])
+        if scores.dtype == torch.float32:
+            probs = torch.softmax(scores, dim=-1, out=scores).to(v.dtype).view(shape)
+        else:
+            probs = scores.float().softmax(dim=-1).to(v.dtype).view(shape)
         out[:, :, :, i:j] = attend_values(probs, v).view(kv_heads, n_seq, rep, n, dim)
     return out[:, :, :, :real].permute(1, 3, 0, 2, 4).reshape(n_seq, real, heads, dim)
 

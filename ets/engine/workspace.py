@@ -78,22 +78,23 @@ class Workspace:
         self.dtype, self.device = dtype, device
         self._bufs: dict[object, torch.Tensor] = {}
 
-    def get(self, name, shape: tuple[int, ...], offset: int = 0) -> torch.Tensor:
+    def get(self, name, shape: tuple[int, ...], offset: int = 0, dtype: torch.dtype | None = None) -> torch.Tensor:
         """A view of this shape at element `offset` of the buffer `name` (grown if it is too
-        small: what it held is then lost, see `reserve`)."""
+        small: what it held is then lost, see `reserve`); in `dtype` if given (a buffer of
+        its own: attention's scores are in the queries' dtype, not the KV's)."""
         n = 1
         for s in shape:
             n *= s
-        buf = self.reserve(name, offset + n)
+        buf = self.reserve(name if dtype in (None, self.dtype) else (name, dtype), offset + n, dtype)
         return buf[offset:offset + n].view(shape)
 
-    def reserve(self, name, numel: int) -> torch.Tensor:
+    def reserve(self, name, numel: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The buffer `name`, holding at least `numel` elements: grown (a new tensor, by a
         quarter more at least) before views into it are handed out, never in between."""
         buf = self._bufs.get(name)
         if buf is None or buf.numel() < numel:
             buf = self._bufs[name] = torch.empty(max(numel, int(1.25 * (0 if buf is None else buf.numel()))),
-                                                 dtype=self.dtype, device=self.device)
+                                                 dtype=dtype or self.dtype, device=self.device)
         return buf
 
 
