@@ -257,6 +257,7 @@ FUSED_DECODE: bool | None = None
 
 
 def fused_decode(device: torch.device) -> bool:
+    """Whether plain decode attention on `device` is one SDPA call (see FUSED_DECODE)."""
     return device.type != "cpu" if FUSED_DECODE is None else FUSED_DECODE
 
 
@@ -320,9 +321,9 @@ def _matmul_attention(group: AttentionGroup, qp: torch.Tensor, k: torch.Tensor, 
     (invariant.py), so a chunk of fewer queries is padded (zero queries, outputs dropped).
     float32 scores are masked and softmaxed in place, in `workspace` memory when given (the
     same kernels, the same numbers): they are a forward's largest tensors, several MB a
-    block, and fresh ones are freshly page-faulted. A REBASE W=64 run's PRM phase, prefill
-    on the PRM's engine, ran 1.15x faster on the CPU so (decode's scores, a few hundred KB,
-    showed no gain)."""
+    block, and fresh ones are freshly page-faulted. With this, a REBASE W=64 run's PRM
+    phase (prefill on the PRM's engine) ran 1.15x faster on the CPU; the same for decode's
+    scores, a few hundred KB, showed no gain."""
     n_seq, q_max, heads, dim = qp.shape
     kv_heads, width = k.shape[0], k.shape[2]
     rep = heads // kv_heads
