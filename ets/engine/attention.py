@@ -116,20 +116,16 @@ class AttentionGroup:
             allowed = allowed & (cols > pos - window)
         return allowed
 
-    def mask(self, window: int | None) -> torch.Tensor:
-        """[B, 1, Qmax, Lmax] bool, True = may attend. Built once per forward, shared by layers.
+    def mask(self, window: int | None, width: int | None = None) -> torch.Tensor:
+        """[B, 1, Qmax, width] bool, True = may attend (SDPA's layout; decode: [B, 1, 1,
+        width], a kv head's query heads being its queries). `width` >= Lmax (default Lmax).
+        Built once per forward, shared by layers.
 
         Padded query rows get the position of their sequence's last token, so no row is
         all-False (SDPA would give NaN); their outputs are dropped anyway.
         """
-        if window not in self._masks:
-            self._masks[window] = self._allowed(window, self.kv_slots.shape[1])[:, None]
-        return self._masks[window]
-
-    def decode_mask(self, window: int | None, width: int) -> torch.Tensor:
-        """Decode: [B, 1, 1, width] bool, True = may attend (SDPA's layout, broadcast over
-        kv heads and their query heads); built once per forward, shared by layers."""
-        key = ("decode", window, width)
+        width = width or self.kv_slots.shape[1]
+        key = ("mask", window, width)
         if key not in self._masks:
             self._masks[key] = self._allowed(window, width)[:, None]
         return self._masks[key]
@@ -265,12 +261,12 @@ def _fused_decode(group: AttentionGroup, q: torch.Tensor, k: torch.Tensor, v: to
                   window) -> torch.Tensor:
     """q [B, H, D] over the kept buffers k, v [Hkv, B, W, D] -> [B, H, D], in one SDPA call:
     a kv head's `rep` query heads are its queries (so no K/V is repeated for grouped-query
-    attention), and `decode_mask` [B, 1, 1, W] says which columns each sequence sees."""
+    attention), and `mask` [B, 1, 1, W] says which columns each sequence sees."""
     n_seq, heads, dim = q.shape
     kv_heads = k.shape[0]
     q4 = q.view(n_seq, kv_heads, heads // kv_heads, dim).to(k.dtype)                     # [B, Hkv, rep, D]
     out = F.scaled_dot_product_attention(q4, k.transpose(0, 1), v.transpose(0, 1),
-                                         attn_mask=group.decode_mask(window, k.shape[2]), scale=scaling)
+                                         attn_mask=group.mask(window, k.shape[2]), scale=scaling)
     return out.reshape(n_seq, heads, dim).to(q.dtype)
 
 
