@@ -23,6 +23,7 @@ scaling  Decode tokens/s of B sequences (1..512) over a context of `--context` t
     python scripts/bench_engine.py --suite scaling --batches 1,32,128,512 --threads 1
     python scripts/bench_engine.py --model qwen1.5b --device cuda --dtype bfloat16   # random init, no download
     python scripts/bench_engine.py --kv-dtype float32,bfloat16   # also an engine storing K/V in bfloat16
+    python scripts/bench_engine.py --cascade on,off              # also an engine without the cascade (cascade.py)
 
 The last line is `speedup: X.XX` (tree suite, engine / hf, median, the first thread count).
 """
@@ -40,6 +41,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 import zlib  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import NamedTuple  # noqa: E402
 
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
@@ -219,13 +221,29 @@ def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int
     return n * (decode + 1) / (time.perf_counter() - start)
 
 
-def kv_dtypes(args) -> list[str | None]:
-    """The engines to measure, by how they store K/V (None: the model's dtype)."""
-    return [None] if not args.kv_dtype else args.kv_dtype.split(",")
+class Variant(NamedTuple):
+    """One engine measured: how it stores K/V (None: the model's dtype) and whether decode
+    sequences with siblings read their shared prefix once (the cascade) or plainly."""
+    kv_dtype: str | None
+    cascade: bool
+
+    def engine(self, model, tok, **kw) -> Engine:
+        return Engine(model, tok, kv_dtype=self.kv_dtype, cascade=self.cascade, **kw)
 
 
-def engine_name(kv_dtype: str | None, all_dtypes: list[str | None]) -> str:
-    return "engine" if kv_dtype == all_dtypes[0] else f"engine[KV {kv_dtype}]"
+def variants(args) -> list[Variant]:
+    """The engines to measure: every KV dtype asked for, each with every cascade setting."""
+    vs = [None] if not args.kv_dtype else args.kv_dtype.split(",")
+    cascades = [{"on": True, "off": False}[c] for c in args.cascade.split(",")]
+    return [Variant(v, c) for v in vs for c in cascades]
+
+
+def engine_name(v: Variant, all_variants: list[Variant]) -> str:
+    """`engine` for the first variant; the others by what sets them apart from it."""
+    first = all_variants[0]
+    tags = ([f"KV {v.kv_dtype}"] if v.kv_dtype != first.kv_dtype else []) + \
+           (["no cascade" if not v.cascade else "cascade"] if v.cascade != first.cascade else [])
+    return "engine" if not tags else f"engine[{', '.join(tags)}]"
 
 
 def scaling(model, tok, args) -> list[str]:
@@ -236,46 +254,46 @@ def scaling(model, tok, args) -> list[str]:
     batches = [int(b) for b in args.batches.split(",")]
     biggest = max(batches)
     pool = biggest * (args.context + args.decode + 4) + 64
-    dtypes = kv_dtypes(args)
-    engines = {kvd: Engine(model, tok, kv_budget_tokens=pool, max_batch_tokens=max(8192, biggest * 2), kv_dtype=kvd)
-               for kvd in dtypes}
+    vs = variants(args)
+    engines = {v: v.engine(model, tok, kv_budget_tokens=pool, max_batch_tokens=max(8192, biggest * 2))
+               for v in vs}
     distinct = [torch.randint(3, vocab, (args.context,), generator=gen).tolist() for _ in range(biggest)]
-    kinds = [(kind, kvd) for kvd in dtypes for kind in ("distinct", "shared")]
+    kinds = [(kind, v) for v in vs for kind in ("distinct", "shared")]
     # the floor, and what distinct contexts must read per step on top of it (the first engine's K/V)
-    kinds += [("floor", None), ("kvread", dtypes[0])] + ([("hf", None)] if args.hf_scaling else [])
+    kinds += [("floor", None), ("kvread", vs[0])] + ([("hf", None)] if args.hf_scaling else [])
     cells: dict[tuple, list[float]] = {}
     for engine in engines.values():  # warm-up
         scaling_cell("engine", model, engine, distinct[:2], 2, args.device)
     scaling_cell("floor", model, None, distinct[:2], 2, args.device)
     for _ in range(args.repeats):
         for b in batches:
-            for kind, kvd in kinds:
+            for kind, v in kinds:
                 prompts = [distinct[0]] * b if kind == "shared" else distinct[:b]
                 how = "engine" if kind in ("distinct", "shared") else kind
-                cells.setdefault((kind, kvd, b), []).append(
-                    scaling_cell(how, model, engines.get(kvd), prompts, args.decode, args.device))
+                cells.setdefault((kind, v, b), []).append(
+                    scaling_cell(how, model, engines.get(v), prompts, args.decode, args.device))
     for engine in engines.values():
         engine.check()
     head = {"distinct": "distinct contexts", "shared": "shared prefix", "floor": "model floor (1-token context)",
             "kvread": "K/V reads alone (distinct contexts' bytes at the stream rate)",
             "hf": "transformers decode (DynamicCache)"}
-    names = [f"{engine_name(kvd, dtypes)}, {head[k]}" if k in ("distinct", "shared") else head[k] for k, kvd in kinds]
-    ratios = [f"{engine_name(kvd, dtypes)} {k} / floor" for kvd in dtypes for k in ("distinct", "shared")]
+    names = [f"{engine_name(v, vs)}, {head[k]}" if k in ("distinct", "shared") else head[k] for k, v in kinds]
+    ratios = [f"{engine_name(v, vs)} {k} / floor" for v in vs for k in ("distinct", "shared")]
     # The bound a decode of distinct contexts can reach: the floor's step plus streaming every
     # context's K and V once (no other cost); when it is under a third of the floor, no engine
     # meets that bar on this machine and model, and engine / bound says how close this one is.
     ratios += ["bound / floor", "engine distinct / bound"]
     lines = [f"scaling: decode tokens/s, context {args.context} -> {args.context + args.decode + 1} tokens, "
-             f"{args.decode + 1} forwards, K/V {engines[dtypes[0]].pool.bytes_per_token:,} bytes a "
+             f"{args.decode + 1} forwards, K/V {engines[vs[0]].pool.bytes_per_token:,} bytes a "
              f"token; median [min-max] of {args.repeats} interleaved repeats",
              "| sequences | " + " | ".join(names + ratios) + " |",
              "|---" * (len(names) + len(ratios) + 1) + "|"]
     for b in batches:
         floor = statistics.median(cells[("floor", None, b)])
-        ratio_cells = [f"{statistics.median(cells[(k, kvd, b)]) / floor:.2f}" for kvd in dtypes for k in ("distinct", "shared")]
-        bound = 1 / (1 / floor + 1 / statistics.median(cells[("kvread", dtypes[0], b)]))
-        ratio_cells += [f"{bound / floor:.2f}", f"{statistics.median(cells[('distinct', dtypes[0], b)]) / bound:.2f}"]
-        lines.append(f"| {b} | " + " | ".join(summary(cells[(k, kvd, b)]) for k, kvd in kinds)
+        ratio_cells = [f"{statistics.median(cells[(k, v, b)]) / floor:.2f}" for v in vs for k in ("distinct", "shared")]
+        bound = 1 / (1 / floor + 1 / statistics.median(cells[("kvread", vs[0], b)]))
+        ratio_cells += [f"{bound / floor:.2f}", f"{statistics.median(cells[('distinct', vs[0], b)]) / bound:.2f}"]
+        lines.append(f"| {b} | " + " | ".join(summary(cells[(k, v, b)]) for k, v in kinds)
                      + " | " + " | ".join(ratio_cells) + " |")
     return lines
 
@@ -288,12 +306,11 @@ def tree(model, tok, args) -> tuple[list[str], float]:
     prompts = [torch.randint(32, 127, (args.prompt_tokens,), generator=gen).tolist() for _ in range(args.problems)]
     search = SearchConfig(width=args.width, max_step_tokens=args.step_tokens, temperature=1.0, seed=0)
     policy_cfg = PolicyConfig(model="tiny:llama", kv_budget_tokens=args.kv_budget, device=args.device)
-    dtypes = kv_dtypes(args)
+    vs = variants(args)
     backends: dict[str, object] = {}
-    for kvd in dtypes:
-        engine = Engine(model, tok, kv_budget_tokens=args.kv_budget, max_batch_tokens=policy_cfg.max_batch_tokens,
-                        kv_dtype=kvd)
-        backends[engine_name(kvd, dtypes)] = EnginePolicy(engine, policy_cfg, search)
+    for v in vs:
+        engine = v.engine(model, tok, kv_budget_tokens=args.kv_budget, max_batch_tokens=policy_cfg.max_batch_tokens)
+        backends[engine_name(v, vs)] = EnginePolicy(engine, policy_cfg, search)
     if not args.no_hf:
         backends["hf"] = HFPolicy(model, tok, policy_cfg, search)
     warm = argparse.Namespace(**{**vars(args), "steps": 1, "problems": 1})
@@ -317,15 +334,15 @@ def tree(model, tok, args) -> tuple[list[str], float]:
         lines.append(f"{name:{width}s}: {rs[-1]['tokens']} tokens/run, tok/s {summary([r['tok_s'] for r in rs])}")
     ratio = float("nan")
     if "hf" in results:
-        for kvd in dtypes:
-            name = engine_name(kvd, dtypes)
+        for v in vs:
+            name = engine_name(v, vs)
             ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(results[name], results["hf"])]
-            ratio = statistics.median(ratios) if kvd == dtypes[0] else ratio
+            ratio = statistics.median(ratios) if v == vs[0] else ratio
             lines.append(f"ratio ({name} / hf), per repeat: median {statistics.median(ratios):.2f} "
                          f"[{min(ratios):.2f}-{max(ratios):.2f}]")
         lines.append(f"hf KV: peak resident {results['hf'][-1]['stats']['peak_kv_tokens']} tokens (no sharing)")
-    for kvd in dtypes:
-        name = engine_name(kvd, dtypes)
+    for v in vs:
+        name = engine_name(v, vs)
         backends[name].engine.check()
         e = results[name][-1]
         est = e["stats"]
@@ -348,6 +365,9 @@ def main() -> None:
     ap.add_argument("--kv-dtype", default=None, help="the engine's KV storage: float32, bfloat16, float16 "
                     "(default: the model's dtype); several, comma-separated, measure one engine each in the "
                     "same run (the first is `engine`, whose ratio ends the report)")
+    ap.add_argument("--cascade", default="on", help="on, off or on,off: decode sequences with siblings "
+                    "read their shared prefix once (on) or attend their whole context plainly (off); both "
+                    "measure one engine each in the same run")
     ap.add_argument("--threads", default="1,2", help="torch threads to measure, comma-separated (CPU)")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats; medians are reported")
     ap.add_argument("--quick", action="store_true", help="a small, fast version of every suite (a smoke run)")
@@ -372,7 +392,7 @@ def main() -> None:
     suites = args.suite.split(",")
     model, tok = build_model(args.model, args.device, args.dtype)
     report = [f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
-              f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}) on {args.device} ({cpu_name()}); "
+              f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}, cascade {args.cascade}) on {args.device} ({cpu_name()}); "
               f"torch {torch.__version__}; OMP_WAIT_POLICY="
               f"{os.environ.get('OMP_WAIT_POLICY')}; figures from one run (a shared machine: compare ratios only)"]
     first_ratio = float("nan")

