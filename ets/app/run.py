@@ -65,6 +65,9 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
             policy = policy or build_policy(config.policy, config.search)
             reward = reward or build_reward_for(config, policy)
             strategy.warm_up()
+            from ets.engine.heap import freeze_loaded  # here: the models (and torch) are loaded by now
+
+            freeze_loaded()  # the models and modules, out of the cycle collector's way
             bar = _progress(len(problems), len(problems) - len(todo), config.search.method, show_progress)
 
             def on_result(record: dict[str, Any]) -> None:

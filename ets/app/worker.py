@@ -44,6 +44,7 @@ class Worker:
         import torch
 
         from ets.app.run import build_reward_for
+        from ets.engine.heap import freeze_loaded
         from ets.models.load import hide_loading_bars
         from ets.policy.build import build_policy
         from search import build as build_strategy
@@ -57,6 +58,7 @@ class Worker:
         self.policy = build_policy(config.policy, config.search)
         self.reward = build_reward_for(config, self.policy)
         self.strategy.warm_up()
+        freeze_loaded()  # the models and modules, out of the cycle collector's way
         return self.where()
 
     def search(self, problems: list[Problem]) -> tuple[list[dict[str, Any]], dict[str, Any]]:

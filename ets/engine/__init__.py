@@ -45,6 +45,8 @@ Public API
     engine.evict()   # drop every unlocked cache entry now (returns tokens freed)
     engine.reset_stats()
 
+    freeze_loaded()  # once the models are loaded: the cycle collector skips them from now on (heap.py)
+
 finish is "eos", "stop" or "length". On the CPU a sequence's logits are the same bit for
 bit whatever else is in its batch (ets/engine/invariant.py says how, and where not).
 Seeds: sample j of a request that carries its own seed depends only on (that seed, j); of
@@ -74,6 +76,7 @@ scheduler.postprocess; the scheduler only plans and never sees the model):
     sampling.py   sampling, stop rules (StopStrings, shared with ets/policy/steps.py)
     prefix.py     shared prefixes of a call (and branch-point levels for a scorer)
     engine.py     the public API and the step loop
+    heap.py       freeze_loaded: the process's long-lived objects out of the cycle collector's way
 
 Tokens of a call that several sequences share are computed once (prefix.py); samples of one
 path decode with cascade attention, reading the path's KV once per step (cascade.py).
@@ -85,6 +88,8 @@ few pad to the batch's longest (groups.py).
 """
 
 from ets.engine.engine import DEFAULT_KV_TOKENS, DEFAULT_MAX_BATCH_TOKENS, Continuation, Engine, Request
+from ets.engine.heap import freeze_loaded
 from ets.engine.scheduler import EngineMemoryError
 
-__all__ = ["DEFAULT_KV_TOKENS", "DEFAULT_MAX_BATCH_TOKENS", "Continuation", "Engine", "EngineMemoryError", "Request"]
+__all__ = ["DEFAULT_KV_TOKENS", "DEFAULT_MAX_BATCH_TOKENS", "Continuation", "Engine", "EngineMemoryError", "Request",
+           "freeze_loaded"]

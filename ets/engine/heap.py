@@ -1,0 +1,26 @@
+"""Keep Python's cycle collector off the objects a process loads once.
+
+A decode step allocates a few Python objects per sequence (its chunk, lists, tensor
+views), so the collector runs every few steps, and each of its full passes walks every
+tracked object. After importing torch and transformers and loading a tokenizer a process
+holds about 400,000, none of which will ever be garbage: at 512 sequences those passes
+took about a fifth of a decode. Frozen (`gc.freeze`), they are never walked again, while
+everything made later is collected as usual (what vLLM does once its engine is up).
+
+Measured here (demo policy, 1 thread, 512 distinct contexts decoding 65 tokens, two runs
+each): 4.86 / 4.99 s as the collector is, 3.96 / 4.30 s with the startup objects frozen,
+3.99 / 4.14 s with the collector off.
+"""
+
+from __future__ import annotations
+
+import gc
+
+
+def freeze_loaded() -> None:
+    """Collect what is garbage now, then move every object that survives to the collector's
+    permanent generation, where it is never scanned again. Call once the models are loaded,
+    before the search (ets run and the sweep's workers do); it changes no result. (Cyclic
+    garbage among those objects is never freed afterwards: call it on long-lived state.)"""
+    gc.collect()
+    gc.freeze()
