@@ -37,6 +37,7 @@ import torch  # noqa: E402
 from ets.app.run import build_reward_for  # noqa: E402
 from ets.config import load_config  # noqa: E402
 from ets.data import load_problems  # noqa: E402
+from ets.engine.heap import freeze_loaded  # noqa: E402
 from ets.loop.controller import SearchLoop  # noqa: E402
 from ets.policy.build import build_policy  # noqa: E402
 from search import build as build_strategy  # noqa: E402
@@ -45,7 +46,10 @@ DEMO = REPO / "ets" / "demo" / "demo.yaml"
 
 
 def fresh(policy, reward) -> None:
-    """Empty prefix caches and zeroed counters: no run starts warm from the one before."""
+    """Empty prefix caches and zeroed counters: no run starts warm from the one before; and
+    what the process holds frozen out of the cycle collector's way, as `ets run` does
+    before its search (ets/engine/heap.py)."""
+    freeze_loaded()
     engine = getattr(policy, "engine", None)
     if engine is not None:
         engine.evict()

@@ -47,7 +47,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 
 from ets.config import PolicyConfig, SearchConfig  # noqa: E402
-from ets.engine import Engine  # noqa: E402
+from ets.engine import Engine, freeze_loaded  # noqa: E402
 from ets.models.tiny import build_tokenizer, tiny_config  # noqa: E402
 from ets.policy.base import ExpandRequest  # noqa: E402
 from ets.policy.engine import EnginePolicy  # noqa: E402
@@ -391,6 +391,7 @@ def main() -> None:
         args.repeats, args.problems, args.steps, args.batches, args.decode = 2, 2, 2, "1,8,32", 4
     suites = args.suite.split(",")
     model, tok = build_model(args.model, args.device, args.dtype)
+    freeze_loaded()  # as `ets run` does once its models are loaded (ets/engine/heap.py)
     report = [f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
               f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}, cascade {args.cascade}) on {args.device} ({cpu_name()}); "
               f"torch {torch.__version__}; OMP_WAIT_POLICY="

@@ -20,7 +20,9 @@ Public API
         kv_dtype=None,               # how K/V are stored: float32, bfloat16, float16 (None: as the
                                      #   model; narrower: fewer bytes, logits within its precision)
         batch_invariant=True,        # a sequence's logits the same bit for bit whatever else runs
-    )                                #   (CPU; see invariant.py); False: faster at a few sequences
+                                     #   (CPU; see invariant.py); False: faster at a few sequences
+        cascade=True,                # siblings read their shared prefix once (cascade.py);
+    )                                #   False: each sequence attends its whole context plainly
 
     # new tokens per prompt; stop: strings and/or token ids (the stopping tokens are kept)
     outs = engine.generate(prompts, max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=0,
