@@ -111,10 +111,11 @@ class ModelRunner:
                                [chunks[i].start + len(chunks[i].token_ids) for i in prefill]) if prefill else []
         order[n_decode:] = [prefill[j] for part in parts for j in part]  # packed group by group
         ordered = [chunks[i] for i in order]
-        ids: list[int] = []
-        pos: list[int] = []
-        keep: list[int] = []
-        for c in ordered:
+        # the decode chunks (first): one token each, whose one output is kept
+        ids = [c.token_ids[0] for c in ordered[:n_decode]]
+        pos = [c.start for c in ordered[:n_decode]]
+        keep = list(range(n_decode))
+        for c in ordered[n_decode:]:
             base = len(ids)
             ids.extend(c.token_ids)
             pos.extend(range(c.start, c.start + len(c.token_ids)))

@@ -110,9 +110,9 @@ class Scheduler:
             computed += n
         self.counters["computed_tokens"] += computed
         self.counters["generated_tokens"] += len(tokens)
-        self._unbooked = None
+        self._unbooked = None  # booked: an abort from here on must not free the plan's slots again
         for i, seq in enumerate(plan.owners):
-            if seq.scoring:
+            if seq.params is None:  # (not the `scoring` property: this runs per sequence per step)
                 seq.outputs.append(outputs[i])
                 if seq.kv_len == len(seq.tokens):
                     self._finish(seq)
@@ -193,8 +193,11 @@ class Scheduler:
         """Plan `seq`'s next `n` tokens (their `slots` already in its row). Called per
         sequence per step: a decode step of a few hundred sequences spends its Python here."""
         start = seq.kv_len
-        keep = seq.chunk_keep(start, n)
-        sample = bool(keep) and not seq.scoring  # a generating sequence's last token: sample what follows
+        if seq.params is None:  # scoring: the outputs at its positions, nothing sampled
+            keep, sample = seq.chunk_keep(start, n), False
+        else:  # generating: its last token's output, to sample what follows (Seq.chunk_keep, inline)
+            sample = start + n == len(seq.tokens)
+            keep = [n - 1] if sample else []
         if sample:
             plan.to_sample.append(len(plan.chunks))
         decode = sample and n == 1
