@@ -234,7 +234,7 @@ class Variant(NamedTuple):
 def variants(args) -> list[Variant]:
     """The engines to measure: every KV dtype asked for, each with every cascade setting."""
     vs = [None] if not args.kv_dtype else args.kv_dtype.split(",")
-    cascades = [{"on": True, "off": False}[c] for c in args.cascade.split(",")]
+    cascades = [c == "on" for c in args.cascade.split(",")]  # checked in main
     return [Variant(v, c) for v in vs for c in cascades]
 
 
@@ -387,6 +387,8 @@ def main() -> None:
     g.add_argument("--decode", type=int, default=15)
     g.add_argument("--hf-scaling", action="store_true", help="add a transformers decode-loop column")
     args = ap.parse_args()
+    if not set(args.cascade.split(",")) <= {"on", "off"}:
+        ap.error(f"--cascade {args.cascade!r}: use on, off or on,off")
     if args.quick:
         args.repeats, args.problems, args.steps, args.batches, args.decode = 2, 2, 2, "1,8,32", 4
     suites = args.suite.split(",")

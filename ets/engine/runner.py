@@ -90,9 +90,10 @@ class ModelRunner:
     def forward(self, chunks: list[Chunk], hidden: bool = False) -> "Outputs":
         """Per chunk, the logits (or final hidden states) at its `keep` offsets: [len(keep), V]."""
         # Decode chunks first: those alone on their path (plain attention), then those with
-        # siblings (cascade attention, by cluster; plain too when the cascade is off); then prefill chunks, in groups of like
-        # lengths (prefill_groups). Each group is contiguous. (Which group a sequence joins
-        # depends on its own request only, or changes none of its numbers: invariant.py.)
+        # siblings (cascade attention, by cluster; plain too when the cascade is off); then
+        # prefill chunks, in groups of like lengths (prefill_groups). Each group is contiguous.
+        # (Which group a sequence joins depends on its own request only, or changes none of
+        # its numbers: invariant.py.)
         sizes = Counter(c.cluster for c in chunks if c.decode) if self.cascade else {}
         kind = [(0 if sizes.get(c.cluster, 1) == 1 else 1) if c.decode else 2 for c in chunks]
         order = sorted(range(len(chunks)), key=lambda i: (kind[i], chunks[i].cluster))
