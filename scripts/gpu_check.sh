@@ -9,9 +9,9 @@
 #      greedy equal to transformers);
 #   2. the batch-scaling table (1..512 sequences, distinct and shared prefixes, against the
 #      model's 1-token-context floor and a transformers decode loop) and the tree benchmark
-#      (engine vs plain generate), each engine with and without the cascade (--cascade on,off),
-#      on a random-initialised model of Qwen2.5-1.5B's shapes in
-#      bf16, built from a Qwen2Config (no download): scripts/bench_engine.py --model qwen1.5b;
+#      (engine vs plain generate), each engine with and without the cascade (--cascade
+#      on,off), on a random-initialised model of Qwen2.5-1.5B's shapes in bf16, built from a
+#      Qwen2Config (no download): scripts/bench_engine.py --model qwen1.5b;
 #   3. ETS against REBASE on the demo models on the device: a sweep at width 64 (the
 #      default pool), then scripts/bench_budget.py under a policy KV pool of 65,536 tokens,
 #      where REBASE is memory-bound (both orders: issue 18's throughput target).

@@ -94,8 +94,8 @@ class ModelRunner:
         # prefill chunks, in groups of like lengths (prefill_groups). Each group is contiguous.
         # (Which group a sequence joins depends on its own request only, or changes none of
         # its numbers: invariant.py.)
-        sizes = Counter(c.cluster for c in chunks if c.decode) if self.cascade else {}
-        kind = [(0 if sizes.get(c.cluster, 1) == 1 else 1) if c.decode else 2 for c in chunks]
+        sizes = Counter(c.cluster for c in chunks if c.decode) if self.cascade else Counter()
+        kind = [(1 if sizes[c.cluster] > 1 else 0) if c.decode else 2 for c in chunks]
         order = sorted(range(len(chunks)), key=lambda i: (kind[i], chunks[i].cluster))
         n_plain, n_cascade = kind.count(0), kind.count(1)
         n_decode = n_plain + n_cascade

@@ -194,8 +194,8 @@ class Scheduler:
         sequence per step: a decode step of a few hundred sequences spends its Python here."""
         start = seq.kv_len
         if seq.params is None:  # scoring: the outputs at its positions, nothing sampled
-            keep, sample = seq.chunk_keep(start, n), False
-        else:  # generating: its last token's output, to sample what follows (Seq.chunk_keep, inline)
+            keep, sample = seq.scored_offsets(start, n), False
+        else:  # generating: its last token's output, to sample what follows
             sample = start + n == len(seq.tokens)
             keep = [n - 1] if sample else []
         if sample:

@@ -78,8 +78,7 @@ class Seq:
             return min(self.positions, default=len(self.tokens))
         return len(self.tokens) - 1
 
-    def chunk_keep(self, start: int, n: int) -> list[int]:
-        """Offsets in the chunk [start, start + n) whose outputs this sequence needs."""
-        if self.scoring:
-            return [p - start for p in sorted(set(self.positions)) if start <= p < start + n]
-        return [n - 1] if start + n == len(self.tokens) else []
+    def scored_offsets(self, start: int, n: int) -> list[int]:
+        """A scoring sequence's offsets in the chunk [start, start + n) whose outputs it
+        wants (a generating one keeps its last token's output: Scheduler._add_chunk)."""
+        return [p - start for p in sorted(set(self.positions)) if start <= p < start + n]
