@@ -2,6 +2,8 @@
 
     python scripts/train_demo_models.py                  # -> ets/demo/checkpoints/{policy,prm}
     python scripts/train_demo_models.py --out /tmp/ck    # elsewhere
+    python scripts/train_demo_models.py --stage steer --no-bf16 --out /tmp/ck \
+        --policy-from ets/demo/checkpoints/policy --prm-from ets/demo/checkpoints/prm   # stage 6 alone
 
 Stages (each seeded; 2 threads and bf16 autocast by default, about 1.8x faster than one
 thread in fp32 on an AVX512-BF16 CPU; `--threads 1 --no-bf16` for the slow exact path):
@@ -31,6 +33,14 @@ thread in fp32 on an AVX512-BF16 CPU; `--threads 1 --no-bf16` for the slow exact
    at each step's numbers (rewards/surprise.py), fitted on the policy's samples of 100
    validation-split problems (`fit_demo_surprise`; alone: scripts/fit_prm_surprise.py);
    they go into ets/demo/demo.yaml by hand (printed, and kept in training.json).
+6. `--stage steer` (not part of the shipped recipe yet: docs/RESULTS.md, "A PRM fine-tuned
+   to steer REBASE"): the PRM of OUT/prm (or `--prm-from`) fine-tuned on the policy's own
+   samples (8 to each of 600 fresh train-split problems, T=1.0), a batch being 4 problems'
+   samples, on the PRM stage's loss plus a listwise term in REBASE's own terms (per
+   problem and depth, -log of the softmax(P(+)/0.2) weight on the partial paths with no
+   wrong step yet: ets/demo/steering.py); then the readout refitted. Saved to OUT/prm;
+   its figures go into OUT/training.json under "steer". 300 steps took 18 min in fp32
+   (`--no-bf16`) on 2 threads of an AVX2 EPYC, sampling 4 min, the readout 3 min.
 Both checkpoints are saved in Hugging Face format (safetensors) with their tokenizer.
 `--stage policy` / `--stage prm` run the two halves separately (prm reuses OUT/policy, or
 `--policy-from` a snapshot that `--snapshots` saved at every evaluation). The shipped run
@@ -57,6 +67,7 @@ from ets.demo import (BAD_TOKEN, CHECKPOINTS, GOOD_TOKEN, PROMPT_TEMPLATE, STEP_
                       generate_problem, generate_split, is_correct_solution, reference_solution, split_of)
 from ets.demo.spoil import spoiled_twins  # noqa: E402
 from ets.demo.metrics import roc_auc  # noqa: E402
+from ets.demo.steering import steering_loss  # noqa: E402
 from ets.app.demo import fit_demo_surprise, prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
 from ets.demo.hf import prm_text, single_token_id  # noqa: E402
@@ -344,6 +355,94 @@ def train_prm(policy, tok, data, args):
                       loss_fn=lambda m, *b: prm_loss(m, *b, lm_weight=args.prm_lm_weight), bf16=args.bf16)
 
 
+# Sampling streams of the steering stage's data: apart from the PRM stage's (which uses the seed itself).
+STEER_STREAMS = 11
+
+
+def steer_data(policy, tok, args):
+    """The steering stage's samples: `steer_samples` solutions to each of `steer_problems`
+    fresh train-split problems (T=1.0), every step labelled by the checker; per problem
+    (those with two samples or more: a lone sample has no rival at any depth)."""
+    problems = train_problems(random.Random(f"steer-data:{args.seed}"), args.steer_problems)
+    samples = sample_solutions(policy, tok, [p.question for p in problems], n=args.steer_samples,
+                               temperature=1.0, seed=args.seed + STEER_STREAMS)
+    groups = [[(p.question, s, check_steps(p, s)) for s in trajs if s] for p, trajs in zip(problems, samples)]
+    n_steps = sum(len(x[2]) for g in groups for x in g)
+    n_bad = sum(not ok for g in groups for x in g for ok in x[2])
+    log(f"steering data: {sum(map(len, groups))} policy trajectories of {len(groups)} problems, {n_steps} steps, "
+        f"{n_bad / max(1, n_steps):.1%} bad")
+    return [g for g in groups if len(g) >= 2]
+
+
+def train_steer(prm, tok, groups, args):
+    """The PRM fine-tuned on `groups` (steer_data): the PRM stage's loss (CE at the tags, LM
+    on the correct steps) plus `steer_weight` x the listwise steering term."""
+    tag = single_token_id(tok, STEP_TAG)
+    good, bad = single_token_id(tok, GOOD_TOKEN), single_token_id(tok, BAD_TOKEN)
+    examples = [[(prm_example(tok, q, steps, labels, good, bad, tag), steps, labels) for q, steps, labels in g]
+                for g in groups]
+    rng = random.Random(f"steer:{args.seed}")
+    torch.manual_seed(args.seed)
+
+    def make_batch(step):
+        chosen = rng.sample(examples, args.steer_per_batch)
+        rows = [r for g in chosen for r in g]
+        ids, att, lab = pad_batch([e[0] for e, _, _ in rows], [e[1] for e, _, _ in rows], tok.pad_token_id)
+        _, _, lm = pad_batch([e[0] for e, _, _ in rows], [e[2] for e, _, _ in rows], tok.pad_token_id)
+        sizes = [len(g) for g in chosen]
+        return ids, att, lab, lm, sizes, [(s, labels) for _, s, labels in rows]
+
+    def loss_fn(model, ids, att, lab, lm, sizes, rows):
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+        flat = logits.reshape(-1, logits.shape[-1])
+        ce = torch.nn.functional.cross_entropy
+        loss = ce(flat, lab[:, 1:].reshape(-1), ignore_index=-100) + \
+            args.prm_lm_weight * ce(flat, lm[:, 1:].reshape(-1), ignore_index=-100)
+        at = (lab[:, 1:] != -100).nonzero()               # (row, position) of every tag, in step order
+        scores = torch.sigmoid(logits[at[:, 0], at[:, 1], good] - logits[at[:, 0], at[:, 1], bad])
+        where: list[list[int]] = [[] for _ in rows]
+        for k, r in enumerate(at[:, 0].tolist()):
+            where[r].append(k)
+        problems, start = [], 0
+        for n in sizes:
+            problems.append([(*rows[r], where[r]) for r in range(start, start + n)])
+            start += n
+        steer = steering_loss(scores, problems, args.steer_temperature)
+        return loss if steer is None else loss + args.steer_weight * steer
+
+    return train_loop(prm, make_batch, args.steer_steps, args.steer_lr, 20, "steer", log_every=25,
+                      loss_fn=loss_fn, bf16=args.bf16)
+
+
+def steer(args) -> None:
+    """Stage `steer`: fine-tune OUT/prm (or --prm-from) to steer REBASE, refit its readout."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.time()
+    source = args.prm_from or args.out / "prm"
+    policy = AutoModelForCausalLM.from_pretrained(args.policy_from or args.out / "policy").eval()
+    prm = AutoModelForCausalLM.from_pretrained(source)
+    tok = AutoTokenizer.from_pretrained(source)
+    groups = steer_data(policy, tok, args)
+    t_data = time.time() - t0
+    prm = train_steer(prm, tok, groups, args)
+    t_train = time.time() - t0 - t_data
+    save(prm, tok, args.out / "prm")
+    readout, fit = fit_demo_surprise(policy, tok, prm, tok)
+    weights = {k: round(getattr(readout, k), 4) for k in WEIGHTS}
+    log(f"surprise readout (ets/demo/demo.yaml reward.options.surprise): {weights}; in-sample step AUC on "
+        f"{fit['steps']} validation steps: tag {fit['auc_tag']:.3f}, readout {fit['auc_readout']:.3f}")
+    record = args.out / "training.json"
+    info = json.loads(record.read_text()) if record.exists() else {}
+    info["steer"] = dict(prm_from=_shown(source), seed=args.seed, threads=args.threads, bf16=args.bf16,
+                         problems=args.steer_problems, samples=args.steer_samples, steps=args.steer_steps,
+                         lr=args.steer_lr, weight=args.steer_weight, temperature=args.steer_temperature,
+                         per_batch=args.steer_per_batch, data_seconds=round(t_data), train_seconds=round(t_train),
+                         total_seconds=round(time.time() - t0), surprise=weights)
+    record.write_text(json.dumps(info, indent=2) + "\n")
+    log(f"done in {(time.time() - t0) / 60:.1f} min; the steered PRM in {args.out / 'prm'}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=CHECKPOINTS)
@@ -359,8 +458,8 @@ def main(argv=None):
     ap.add_argument("--eval-every", type=int, default=600, help="policy validation every N steps (0: never)")
     ap.add_argument("--policy-lr", type=float, default=3e-3)
     ap.add_argument("--snapshots", action="store_true", help="save the policy at every evaluation")
-    ap.add_argument("--stage", choices=("all", "policy", "prm"), default="all",
-                    help="prm: reuse OUT/policy and train only the PRM")
+    ap.add_argument("--stage", choices=("all", "policy", "prm", "steer"), default="all",
+                    help="prm: reuse OUT/policy and train only the PRM; steer: fine-tune OUT/prm to steer REBASE")
     ap.add_argument("--policy-from", type=Path, help="with --stage prm: the policy to use (e.g. a snapshot "
                     "OUT/policy-stepN of a --snapshots run); it is saved as OUT/policy")
     ap.add_argument("--prm-problems", type=int, default=800)
@@ -371,6 +470,14 @@ def main(argv=None):
     ap.add_argument("--prm-extra-layers", type=int, default=2, help="decoder layers the PRM adds on top of the policy's")
     ap.add_argument("--prm-lm-weight", type=float, default=1.0, help="weight of the LM loss on correct steps")
     ap.add_argument("--prm-lr", type=float, default=1e-3)
+    ap.add_argument("--prm-from", type=Path, help="with --stage steer: the PRM to fine-tune (default OUT/prm)")
+    ap.add_argument("--steer-problems", type=int, default=600)
+    ap.add_argument("--steer-samples", type=int, default=8)
+    ap.add_argument("--steer-per-batch", type=int, default=4, help="problems a batch (all their samples)")
+    ap.add_argument("--steer-steps", type=int, default=300)
+    ap.add_argument("--steer-lr", type=float, default=3e-4)
+    ap.add_argument("--steer-weight", type=float, default=1.0, help="weight of the listwise steering term")
+    ap.add_argument("--steer-temperature", type=float, default=0.2, help="REBASE's softmax temperature")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -378,6 +485,9 @@ def main(argv=None):
         log("warning: this CPU has no native bfloat16 (AVX512-BF16 or AMX), so bf16 autocast is emulated: "
             "a linear layer's forward and backward ran 15x slower than in fp32 on an AVX2 AMD EPYC. "
             "--no-bf16 trains in fp32 (other arithmetic than the shipped checkpoints', so other models)")
+    if args.stage == "steer":
+        steer(args)
+        return
     t0 = time.time()
     if args.stage == "prm":
         from transformers import AutoModelForCausalLM, AutoTokenizer
