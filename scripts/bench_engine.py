@@ -19,9 +19,9 @@ scaling  Decode tokens/s of B sequences (1..512) over a context of `--context` t
          as many bytes): where that bound is under a third of the floor (a small model's
          K/V outweigh its matmuls), no engine meets that bar on this machine.
 graphs   (CUDA only) The model's floor as above, eager against replayed from a CUDA graph:
-         the graph runs the same kernels with no Python and no launches between them, so
-         eager / graphed is the share of a forward that is host overhead on this device,
-         what a graph-captured engine step could win back. A suite of its own, so that a
+         the graph runs the same kernels with no Python between them and one launch for
+         all, so graphed / eager says how much of an eager forward is host overhead on this
+         device, what a graph-captured engine step could win back. A suite of its own, so that a
          capture that fails (a host sync inside the model's code) costs no other figure.
 
     python scripts/bench_engine.py                          # both suites, demo policy, 1 and 2 threads
@@ -246,7 +246,7 @@ def floor_graph(model, ids: torch.Tensor):
 
 
 def graphs(model, tok, args) -> list[str]:
-    """Forwards/s of the floor (B sequences, a 1-token context) eager and from a CUDA graph:
+    """Tokens/s of the floor (B sequences, a 1-token context) eager and from a CUDA graph:
     medians [min-max] of interleaved repeats, and their ratio."""
     gen = torch.Generator().manual_seed(2)
     vocab = min(len(tok), model.config.vocab_size)
