@@ -33,8 +33,8 @@ thread in fp32 on an AVX512-BF16 CPU; `--threads 1 --no-bf16` for the slow exact
    at each step's numbers (rewards/surprise.py), fitted on the policy's samples of 100
    validation-split problems (`fit_demo_surprise`; alone: scripts/fit_prm_surprise.py);
    they go into ets/demo/demo.yaml by hand (printed, and kept in training.json).
-6. `--stage steer` (not part of the shipped recipe yet: docs/RESULTS.md, "A PRM fine-tuned
-   to steer REBASE"): the PRM of OUT/prm (or `--prm-from`) fine-tuned on the policy's own
+6. `--stage steer` (not part of the shipped recipe: docs/RESULTS.md, "A PRM fine-tuned to
+   steer REBASE" has what it did to the search): the PRM of OUT/prm (or `--prm-from`) fine-tuned on the policy's own
    samples (8 to each of 600 fresh train-split problems, T=1.0), a batch being 4 problems'
    samples, on the PRM stage's loss plus a listwise term in REBASE's own terms (per
    problem and depth, -log of the softmax(P(+)/0.2) weight on the partial paths with no
@@ -461,7 +461,8 @@ def main(argv=None):
     ap.add_argument("--stage", choices=("all", "policy", "prm", "steer"), default="all",
                     help="prm: reuse OUT/policy and train only the PRM; steer: fine-tune OUT/prm to steer REBASE")
     ap.add_argument("--policy-from", type=Path, help="with --stage prm: the policy to use (e.g. a snapshot "
-                    "OUT/policy-stepN of a --snapshots run); it is saved as OUT/policy")
+                    "OUT/policy-stepN of a --snapshots run); it is saved as OUT/policy. With --stage steer: "
+                    "the policy that samples (default OUT/policy; not saved)")
     ap.add_argument("--prm-problems", type=int, default=800)
     ap.add_argument("--prm-samples", type=int, default=4)
     ap.add_argument("--prm-synthetic", type=int, default=3000,
