@@ -48,6 +48,7 @@ from ets.demo import (POLICY_PATH, PRM_PATH, PROMPT_TEMPLATE, judge_steps, load_
 from ets.demo.checker import ERRORS  # noqa: E402
 from ets.app.demo import demo_surprise, prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
+from rewards.surprise import WEIGHTS  # noqa: E402
 from ets.answers.aggregate import choose_answer  # noqa: E402
 from ets.demo.metrics import (computation_auc, computation_consistency, mean_auc_within,  # noqa: E402
                               miss_persistence, rebase_steering, roc_auc)
@@ -62,8 +63,19 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tag-only", action="store_true", help="read the PRM's tag alone, not the demo config's readout")
+    ap.add_argument("--surprise", help="the readout's weights, e.g. tag=0.75,step=0.29,path=0.10,bias=1.50 "
+                    "(default: the demo config's; another PRM's from scripts/fit_prm_surprise.py)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)
+    readout = demo_surprise()
+    if args.surprise is not None:
+        try:
+            readout = {k: float(v) for k, v in (kv.split("=") for kv in args.surprise.split(","))}
+        except ValueError:
+            readout = {}
+        if set(readout) != set(WEIGHTS) or args.tag_only:
+            ap.error(f"--surprise {args.surprise!r}: give {', '.join(f'{k}=<number>' for k in WEIGHTS)}, "
+                     "comma-separated, without --tag-only")
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -78,7 +90,7 @@ def main(argv=None):
 
     samples = sample_solutions(policy, policy_tok, questions, n=args.samples, temperature=1.0, seed=args.seed)
     t_sample = time.time() - t0
-    surprise = None if args.tag_only else demo_surprise()
+    surprise = None if args.tag_only else readout
     scores = prm_scores(prm, prm_tok, questions, samples, surprise=surprise)
     verdicts = [[judge_steps(p, s) for s in trajs] for p, trajs in zip(problems, samples)]
     labels = [[[v == "ok" for v in per_t] for per_t in per_p] for per_p in verdicts]
