@@ -189,7 +189,11 @@ def prm_example(tok, question, steps, labels, good, bad, tag):
 
 def prm_loss(model, ids, att, lab, lm, lm_weight):
     """Mean CE at the tag targets + lm_weight * mean CE at the LM targets."""
-    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+    return prm_logits_loss(model(input_ids=ids, attention_mask=att).logits[:, :-1].float(), lab, lm, lm_weight)
+
+
+def prm_logits_loss(logits, lab, lm, lm_weight):
+    """`prm_loss` from the shifted logits [B, T-1, V] (the steering stage reads them too)."""
     ce = torch.nn.functional.cross_entropy
     tag_loss = ce(logits.reshape(-1, logits.shape[-1]), lab[:, 1:].reshape(-1), ignore_index=-100)
     if lm_weight <= 0:
@@ -394,10 +398,7 @@ def train_steer(prm, tok, groups, args):
 
     def loss_fn(model, ids, att, lab, lm, sizes, rows):
         logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
-        flat = logits.reshape(-1, logits.shape[-1])
-        ce = torch.nn.functional.cross_entropy
-        loss = ce(flat, lab[:, 1:].reshape(-1), ignore_index=-100) + \
-            args.prm_lm_weight * ce(flat, lm[:, 1:].reshape(-1), ignore_index=-100)
+        loss = prm_logits_loss(logits, lab, lm, args.prm_lm_weight)
         at = (lab[:, 1:] != -100).nonzero()               # (row, position) of every tag, in step order
         scores = torch.sigmoid(logits[at[:, 0], at[:, 1], good] - logits[at[:, 0], at[:, 1], bad])
         where: list[list[int]] = [[] for _ in rows]
