@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import os
 
-# Passive OpenMP waiting is the shipped setting (ets/__init__ sets it too); it is set here
-# before torch loads OpenMP so that every figure below is taken under it. See --threads.
+# Passive OpenMP waiting is the shipped setting (the CLI sets it: ets/app/cli.py); it is set
+# here before torch loads OpenMP so that every figure below is taken under it, unless the
+# environment says otherwise (GOMP_SPINCOUNT, a spin before sleeping, overrides it). The
+# header prints both. See --threads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
@@ -455,7 +457,7 @@ def main() -> None:
     report = [f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
               f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}, cascade {args.cascade}) on {args.device} ({cpu_name()}); "
               f"torch {torch.__version__}; OMP_WAIT_POLICY="
-              f"{os.environ.get('OMP_WAIT_POLICY')}; figures from one run (a shared machine: compare ratios only)"]
+              f"{os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}; figures from one run (a shared machine: compare ratios only)"]
     first_ratio = float("nan")
     for i, threads in enumerate(int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads)

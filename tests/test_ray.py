@@ -121,3 +121,14 @@ def test_a_worker_that_keeps_dying_is_reported_not_retried_for_ever(cluster, tmp
     w = summary["workers"]
     assert list(w["failed"]) == [poison] and "failed 2 times" in w["failed"][poison]
     assert w["restarts"] == 2
+
+
+def test_workers_start_with_the_users_openmp_waiting_and_their_share_of_the_cores(monkeypatch):
+    from ets.app.distributed import worker_env
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert worker_env(2, 0) == {"OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "2"}
+    monkeypatch.setenv("GOMP_SPINCOUNT", "10000")  # a spin before sleeping, chosen by the user
+    env = worker_env(1, 1.0)
+    assert env["GOMP_SPINCOUNT"] == "10000" and "OMP_NUM_THREADS" not in env  # a GPU worker: threads its own

@@ -33,9 +33,12 @@ import os
 import sys
 from typing import Sequence
 
-# Before torch loads: idle OpenMP threads sleep instead of spinning. On a small CPU shared
-# with other work, spinning threads made every op wait on a descheduled one (measured
-# 20x slower end to end); with this, 2 threads are as fast as 1 under load, faster idle.
+# Before torch loads: idle OpenMP threads sleep instead of spinning. On a CPU shared with
+# other work, spinning threads make every op wait on a descheduled one: two searches of 2
+# threads at once on 2 cores ran 3.4x slower spinning than sleeping (docs/MEASUREMENTS.md,
+# "OpenMP"). Sleeping costs a wake-up per parallel op, so on a machine of one's own a short
+# spin is faster (GOMP_SPINCOUNT=10000: a W=64 search 1.4x faster on 2 threads); it is the
+# user's call, as only they know what else runs (libgomp's GOMP_SPINCOUNT overrides this).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from ets import __version__

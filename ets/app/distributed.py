@@ -98,6 +98,18 @@ def ray_session(address: str | None, *, num_cpus: int | None = None, quiet: bool
         ray.shutdown()
 
 
+def worker_env(cpus: int, gpus: float) -> dict[str, str]:
+    """The environment a worker's process starts with: OpenMP's waiting as in this process
+    (passive unless the user chose otherwise: ets/app/cli.py; their GOMP_SPINCOUNT too) and,
+    on CPUs, its share of the cores as OpenMP threads."""
+    env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"), "TOKENIZERS_PARALLELISM": "false"}
+    if "GOMP_SPINCOUNT" in os.environ:
+        env["GOMP_SPINCOUNT"] = os.environ["GOMP_SPINCOUNT"]
+    if not gpus:
+        env["OMP_NUM_THREADS"] = str(cpus)
+    return env
+
+
 @dataclass
 class _Slot:
     index: int
@@ -146,9 +158,7 @@ class Driver:
         ray = self.ray
         if self._actor_class is None:
             self._actor_class = ray.remote(Worker)
-        env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"), "TOKENIZERS_PARALLELISM": "false"}
-        if not self.gpus:
-            env["OMP_NUM_THREADS"] = str(self.cpus)
+        env = worker_env(self.cpus, self.gpus)
         slot.handle = self._actor_class.options(
             num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0, max_task_retries=0,
             runtime_env={"env_vars": env},
