@@ -60,10 +60,6 @@ def measure(threads: int, env: dict, copies: int, model: str, extra: list[str]) 
     return figures
 
 
-def summary(values: list[float]) -> str:
-    return f"{statistics.median(values):,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", default="1,2", help="torch thread counts, comma-separated (default 1,2)")
@@ -82,6 +78,8 @@ def main() -> None:
         ap.error(f"--threads {args.threads!r} / --spins {args.spins!r}: use whole numbers, comma-separated")
     if min(threads) < 1 or (spins and min(spins) < 0) or args.repeats < 1 or args.shared < 0 or args.shared == 1:
         ap.error("--threads >= 1, --spins >= 0, --repeats >= 1, --shared 0 or at least 2")
+    from bench_engine import summary  # after the checks: it loads torch and transformers
+
     modes = [("alone", 1)] + ([(f"{args.shared} at once", args.shared)] if args.shared else [])
     cells = settings(threads, spins)
     results: dict[tuple[str, str], list[float]] = {(label, mode): [] for label, _, _ in cells for mode, _ in modes}

@@ -134,6 +134,14 @@ def pad_batch(seqs: list[list[int]], labels: list[list[int]], pad_id: int, multi
     return ids, att, lab
 
 
+def prm_batch(examples, pad_id: int):
+    """ids, attention mask, tag labels and LM labels of PRM examples (prm_example's
+    (ids, tag labels, LM labels)), padded alike."""
+    ids, att, lab = pad_batch([e[0] for e in examples], [e[1] for e in examples], pad_id)
+    lm = pad_batch([e[0] for e in examples], [e[2] for e in examples], pad_id)[2]
+    return ids, att, lab, lm
+
+
 def length_grouped(draw, batch: int, rng: random.Random | None = None, group: int = 8):
     """Batches of examples from `draw(n)`, grouped by length: `group` batches' worth of
     random examples, sorted by length, cut into batches served in random order. Every
@@ -350,10 +358,7 @@ def train_prm(policy, tok, data, args):
     batches = length_grouped(lambda n: rng.sample(examples, n), args.batch, rng)
 
     def make_batch(step):
-        ex = next(batches)
-        ids, att, lab = pad_batch([e[0] for e in ex], [e[1] for e in ex], tok.pad_token_id)
-        _, _, lm = pad_batch([e[0] for e in ex], [e[2] for e in ex], tok.pad_token_id)
-        return ids, att, lab, lm
+        return prm_batch(next(batches), tok.pad_token_id)
 
     return train_loop(model, make_batch, args.prm_steps, args.prm_lr, 100, "prm",
                       loss_fn=lambda m, *b: prm_loss(m, *b, lm_weight=args.prm_lm_weight), bf16=args.bf16)
@@ -391,8 +396,7 @@ def train_steer(prm, tok, groups, args):
     def make_batch(step):
         chosen = rng.sample(examples, args.steer_per_batch)
         rows = [r for g in chosen for r in g]
-        ids, att, lab = pad_batch([e[0] for e, _, _ in rows], [e[1] for e, _, _ in rows], tok.pad_token_id)
-        _, _, lm = pad_batch([e[0] for e, _, _ in rows], [e[2] for e, _, _ in rows], tok.pad_token_id)
+        ids, att, lab, lm = prm_batch([e for e, _, _ in rows], tok.pad_token_id)
         sizes = [len(g) for g in chosen]
         return ids, att, lab, lm, sizes, [(s, labels) for _, s, labels in rows]
 
