@@ -65,9 +65,8 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
             policy = policy or build_policy(config.policy, config.search)
             reward = reward or build_reward_for(config, policy)
             strategy.warm_up()
-            from ets.engine.heap import freeze_loaded  # here: the models (and torch) are loaded by now
+            from ets.engine.heap import frozen_loaded  # here: the models (and torch) are loaded by now
 
-            freeze_loaded()  # the models and modules, out of the cycle collector's way
             bar = _progress(len(problems), len(problems) - len(todo), config.search.method, show_progress)
 
             def on_result(record: dict[str, Any]) -> None:
@@ -79,9 +78,13 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
                 todo, policy, reward, config.search, strategy=strategy,
                 concurrency=config.concurrency, on_result=on_result, progress=bar, save_trees=config.save_trees,
             )
-            start = time.perf_counter()
-            run_stats = loop.run().stats
-            elapsed = time.perf_counter() - start
+            # The models and modules out of the cycle collector's way while searching, and
+            # back under it after, so that a process running one search after another
+            # frees each one's models and pools (ets/engine/heap.py).
+            with frozen_loaded():
+                start = time.perf_counter()
+                run_stats = loop.run().stats
+                elapsed = time.perf_counter() - start
             if bar is not None:
                 bar.close()
     return finish_summary(config.output, bool(new_records), lambda records: {

@@ -48,6 +48,7 @@ Public API
     engine.reset_stats()
 
     freeze_loaded()  # once the models are loaded: the cycle collector skips them from now on (heap.py)
+    with frozen_loaded(): ...  # the same for one block, then they can be freed again
 
 finish is "eos", "stop" or "length". On the CPU a sequence's logits are the same bit for
 bit whatever else is in its batch (ets/engine/invariant.py says how, and where not).
@@ -78,7 +79,7 @@ scheduler.postprocess; the scheduler only plans and never sees the model):
     sampling.py   sampling, stop rules (StopStrings, shared with ets/policy/steps.py)
     prefix.py     shared prefixes of a call (and branch-point levels for a scorer)
     engine.py     the public API and the step loop
-    heap.py       freeze_loaded: the process's long-lived objects out of the cycle collector's way
+    heap.py       freeze_loaded / frozen_loaded: long-lived objects out of the cycle collector's way
 
 Tokens of a call that several sequences share are computed once (prefix.py); samples of one
 path decode with cascade attention, reading the path's KV once per step (cascade.py).
@@ -90,8 +91,8 @@ few pad to the batch's longest (groups.py).
 """
 
 from ets.engine.engine import DEFAULT_KV_TOKENS, DEFAULT_MAX_BATCH_TOKENS, Continuation, Engine, Request
-from ets.engine.heap import freeze_loaded
+from ets.engine.heap import freeze_loaded, frozen_loaded
 from ets.engine.scheduler import EngineMemoryError
 
 __all__ = ["DEFAULT_KV_TOKENS", "DEFAULT_MAX_BATCH_TOKENS", "Continuation", "Engine", "EngineMemoryError", "Request",
-           "freeze_loaded"]
+           "freeze_loaded", "frozen_loaded"]
