@@ -3,7 +3,9 @@
     python scripts/train_demo_models.py                  # -> ets/demo/checkpoints/{policy,prm}
     python scripts/train_demo_models.py --out /tmp/ck    # elsewhere
     python scripts/train_demo_models.py --stage steer --no-bf16 --out /tmp/ck \
-        --policy-from ets/demo/checkpoints/policy --prm-from ets/demo/checkpoints/prm   # stage 6 alone
+        --policy-from ets/demo/checkpoints/policy --prm-from /tmp/base/ets/demo/checkpoints/prm
+        # stage 6 alone; the shipped PRM is this on the PRM shipped before it, at commit 9418b23
+        # (`git worktree add /tmp/base 9418b23`), /tmp/ck/prm then copied in
 
 Stages (each seeded; 2 threads and bf16 autocast by default, about 1.8x faster than one
 thread in fp32 on an AVX512-BF16 CPU; `--threads 1 --no-bf16` for the slow exact path):
@@ -33,19 +35,24 @@ thread in fp32 on an AVX512-BF16 CPU; `--threads 1 --no-bf16` for the slow exact
    at each step's numbers (rewards/surprise.py), fitted on the policy's samples of 100
    validation-split problems (`fit_demo_surprise`; alone: scripts/fit_prm_surprise.py);
    they go into ets/demo/demo.yaml by hand (printed, and kept in training.json).
-6. `--stage steer` (not part of the shipped recipe: docs/RESULTS.md, "A PRM fine-tuned to
-   steer REBASE" has what it did to the search): the PRM of OUT/prm (or `--prm-from`) fine-tuned on the policy's own
+6. `--stage steer` (the shipped PRM is this stage's, run alone after the others: see
+   training.json's "steer"; docs/RESULTS.md, "A PRM fine-tuned to steer REBASE", has what
+   it does to the search): the PRM of OUT/prm (or `--prm-from`) fine-tuned on the policy's own
    samples (8 to each of 600 fresh train-split problems, T=1.0), a batch being 4 problems'
    samples, on the PRM stage's loss plus a listwise term in REBASE's own terms (per
    problem and depth, -log of the softmax(P(+)/0.2) weight on the partial paths with no
    wrong step yet: ets/demo/steering.py); then the readout refitted. Saved to OUT/prm;
-   its figures go into OUT/training.json under "steer". 300 steps took 18 min in fp32
-   (`--no-bf16`) on 2 threads of an AVX2 EPYC, sampling 4 min, the readout 3 min.
+   its figures go into OUT/training.json under "steer". 300 steps took 14-18 min in fp32
+   (`--no-bf16`) on 2 threads, sampling 4-12 min, the readout 2-3 min (28 min in all on the
+   shipped run, the machine partly shared). Its weights depend on the CPU's float kernels:
+   the same command on an AVX2 and an AVX-512 EPYC sampled data of the same counts and
+   trained two PRMs of the recipe (the shipped one is the second's).
 Both checkpoints are saved in Hugging Face format (safetensors) with their tokenizer.
 `--stage policy` / `--stage prm` run the two halves separately (prm reuses OUT/policy, or
 `--policy-from` a snapshot that `--snapshots` saved at every evaluation). The shipped run
-(the defaults, as two stages) took 55.5 min on this 2-core CPU: policy 32 min, PRM data
-3.3 min, PRM 20 min; see ets/demo/checkpoints/training.json.
+(the defaults, as two stages, then `--stage steer`) took 55.5 + 28 min on this 2-core CPU:
+policy 32 min, PRM data 3.3 min, PRM 20 min, steering 28 min; see
+ets/demo/checkpoints/training.json.
 """
 
 from __future__ import annotations

