@@ -65,7 +65,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
             policy = policy or build_policy(config.policy, config.search)
             reward = reward or build_reward_for(config, policy)
             strategy.warm_up()
-            from ets.engine.heap import frozen_loaded  # here: the models (and torch) are loaded by now
+            from ets.engine.heap import frozen_loaded  # here: the ets.engine package loads torch
 
             bar = _progress(len(problems), len(problems) - len(todo), config.search.method, show_progress)
 
