@@ -193,6 +193,49 @@ def test_decode_groups_keep_their_buffers_apart(model_tok, monkeypatch):
     assert any(reused > 1 for _, reused in seen)
 
 
+def test_newcomers_to_plain_decode_gather_only_their_own_contexts(model_tok, monkeypatch):
+    """Prefills chunked so that paths start decoding one forward after another: each
+    newcomer joins as a group of its own beside the kept groups (runner._append), which
+    keep their buffers. Every token equals transformers' greedy choice, and once the
+    arenas have room (a first call grew them), each path's context is gathered once,
+    where every newcomer rebuilding every group (MAX_KEPT_GROUPS 0) gathers the running
+    paths' again."""
+    from ets.engine import runner as runner_module
+
+    model, tok = model_tok
+    lens = (12, 40, 40, 40, 40)
+    warm_up = [random_tokens(n, seed=50 + k) for k, n in enumerate(lens)]
+    prompts = [random_tokens(n, seed=40 + k) for k, n in enumerate(lens)]
+    refs = [_greedy(model, p, 8) for p in prompts]  # no row runs past its columns
+
+    def run(max_kept: int) -> tuple[int, int]:
+        monkeypatch.setattr(runner_module, "MAX_KEPT_GROUPS", max_kept)
+        gathered, mixed = [0], [0]  # rows of fresh plain groups; forwards with fresh and kept ones
+        real = runner_module.ModelRunner._decode_groups
+
+        def recording(runner, chunks, shared):
+            out = real(runner, chunks, shared)
+            if not shared:
+                fresh = [len(g.decode.rows) for _, g in out if g.decode.fresh]
+                gathered[0] += sum(fresh)
+                mixed[0] += bool(fresh) and len(fresh) < len(out)
+            return out
+
+        engine = Engine(model, tok, kv_budget_tokens=4096, max_batch_tokens=40)
+        engine.expand([(p, 1) for p in warm_up], max_new_tokens=8, temperature=0, ignore_eos=True)
+        monkeypatch.setattr(runner_module.ModelRunner, "_decode_groups", recording)
+        outs = engine.expand([(p, 1) for p in prompts], max_new_tokens=8, temperature=0, ignore_eos=True)
+        engine.check()
+        assert [group[0].token_ids for group in outs] == refs
+        monkeypatch.setattr(runner_module.ModelRunner, "_decode_groups", real)
+        return gathered[0], mixed[0]
+
+    appended, mixed = run(runner_module.MAX_KEPT_GROUPS)
+    rebuilt, never = run(0)
+    assert mixed > 0 and never == 0
+    assert appended == len(prompts) < rebuilt
+
+
 @pytest.mark.parametrize("layout", ["uneven", "even"])
 def test_cascade_equals_plain_attention(layout):
     """The shared-prefix decode path against plain SDPA on the same gathered context: with

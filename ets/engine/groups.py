@@ -29,6 +29,9 @@ DECODE_SPLIT_MIN_SCORES = 1 << 12
 SPLIT_MIN_SHARE = 0.1
 MAX_PREFILL_GROUPS = 4
 MAX_DECODE_GROUPS = 4
+# live decode groups of one kind at most, counting those newcomers join as groups of their
+# own between cuts (runner._append): each group costs its few ops a layer
+MAX_KEPT_GROUPS = 2 * MAX_DECODE_GROUPS
 
 # cost(sums, maxima) of a part: its items' additive features summed, the others' maxima
 Cost = Callable[[list[float], list[float]], float]

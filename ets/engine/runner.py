@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from ets.engine import attention, cascade
-from ets.engine.groups import cascade_decode_groups, plain_decode_groups, prefill_groups
+from ets.engine.groups import MAX_KEPT_GROUPS, cascade_decode_groups, plain_decode_groups, prefill_groups
 from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
 from ets.engine.invariant import KEY_BLOCK, MIN_ROWS, least_per_product, round_up
@@ -181,15 +181,20 @@ class ModelRunner:
         The buffers are reused while the groups are the last forward's sequences one step
         further, or fewer of them (the leavers' rows compacted away); past a cascade
         group's columns, every cascade group gathers its own columns anew, wider, and keeps
-        its prefixes (`grow`); any other change (a newcomer, a plain group past its columns)
-        cuts the groups afresh and rebuilds them all."""
+        its prefixes (`grow`). Newcomers to plain decode beside such groups gather into
+        groups of their own (`_append`: only their contexts are read), while there is room
+        and at most MAX_KEPT_GROUPS are live; any other change (a newcomer to the cascade,
+        a plain group past its columns) cuts the groups afresh and rebuilds them all."""
         kind = self.decode_kv[shared]
         where = kind.route([c.uid for c in chunks])
-        mode, parts, reuse, held = "rebuild", [], {}, {}
-        if where is not None:  # the same sequences, or fewer: each stays in its group
+        newcomers = [k for k, w in enumerate(where) if w < 0]
+        mode, parts, reuse, held, fresh = "rebuild", [], {}, {}, set()
+        if len(newcomers) < len(chunks) and (not newcomers or not shared):
+            # the same sequences, or fewer, each in its group (and newcomers, plain only)
             parts = [[] for _ in range(max(where) + 1)]
             for k, w in enumerate(where):
-                parts[w].append(k)
+                if w >= 0:
+                    parts[w].append(k)
             for w, part in enumerate(parts):
                 if part:
                     mine = [chunks[k] for k in part]
@@ -199,8 +204,11 @@ class ModelRunner:
             if all(r is not None for r in found):
                 grow = any(r.grow for r in found)
                 mode = "reuse" if not grow else "grow" if all(r.keep is None for r in found) else "rebuild"
+            if mode == "reuse" and newcomers:
+                fresh = self._append(kind, parts, [chunks[k] for k in newcomers], newcomers)
+                mode = "reuse" if fresh else "rebuild"
         if mode == "rebuild":  # cut afresh; `assign` keeps the leavers' uids till then (a uid is never reused)
-            parts, reuse, held = self._cut(chunks, shared), {}, {}
+            parts, reuse, held, fresh = self._cut(chunks, shared), {}, {}, set()
             kind.assign = {chunks[k].uid: w for w, part in enumerate(parts) for k in part}
         states = kind.ensure(len(parts))
         live = [(w, [chunks[k] for k in part]) for w, part in enumerate(parts) if part]
@@ -208,9 +216,37 @@ class ModelRunner:
             self._lay_out(kind, [states[w] for w, _ in live], [mine for _, mine in live], shared, mode)
         out = []
         for w, mine in live:
-            out.append((parts[w], self._decode_group(states[w], mine, shared, mode, reuse.get(w))))
+            group_mode = "rebuild" if w in fresh else mode
+            out.append((parts[w], self._decode_group(states[w], mine, shared, group_mode, reuse.get(w))))
             states[w].commit(*(held.get(w) or self._held(mine, shared)))
         return out
+
+    def _append(self, kind: DecodeGroups, parts: list[list[int]], chunks: list[Chunk], index: list[int]) -> set[int]:
+        """Newcomers to plain decode (`chunks`, at `index` in the forward's decode chunks) cut
+        into groups of their own, appended to `parts` and placed after the kept groups'
+        buffers (DecodeGroups.append), the others' buffers untouched; their numbers in
+        `kind.assign`. Returns the new groups' numbers; empty (nothing changed): they do
+        not fit, or more than MAX_KEPT_GROUPS groups would be live, and the caller
+        rebuilds every group."""
+        cuts = plain_decode_groups([c.start + 1 for c in chunks], HEADROOM)
+        if sum(1 for p in parts if p) + len(cuts) > MAX_KEPT_GROUPS:
+            return set()
+        first = len(parts)
+        states = kind.ensure(first + len(cuts))[first:first + len(cuts)]
+        mine = [[chunks[k] for k in sorted(cut)] for cut in cuts]
+        caps = [min(round_up(self._need(m, False) + HEADROOM, KEY_BLOCK), self.table.rows.shape[1]) for m in mine]
+        per_column = self.kv_heads * self.head_dim
+        rows = sum(len(p) for p in parts) + len(chunks)
+        if not kind.append(states, "ctx", [cap * len(m) * per_column for cap, m in zip(caps, mine)],
+                           self._slack(rows)):
+            return set()
+        for state, cap in zip(states, caps):
+            state.cap = cap
+        for g, cut in enumerate(cuts):
+            parts.append([index[k] for k in sorted(cut)])
+            for k in cut:
+                kind.assign[chunks[k].uid] = first + g
+        return set(range(first, first + len(cuts)))
 
     @staticmethod
     def _held(chunks: list[Chunk], shared: bool) -> tuple:

@@ -88,6 +88,12 @@ class Workspace:
         buf = self.reserve(name if dtype in (None, self.dtype) else (name, dtype), offset + n, dtype)
         return buf[offset:offset + n].view(shape)
 
+    def capacity(self, name) -> int:
+        """Elements the buffer `name` holds now (0: none yet): views up to this many are
+        handed out without growing it."""
+        buf = self._bufs.get(name)
+        return 0 if buf is None else buf.numel()
+
     def reserve(self, name, numel: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         """The buffer `name`, holding at least `numel` elements: grown (a new tensor, by a
         quarter more at least) before views into it are handed out, never in between."""
@@ -189,8 +195,12 @@ class DecodeGroups:
     time).
 
     `assign` maps each sequence (admission uid) of the last forward to its group: while
-    only the same sequences decode on, they stay where they are; a newcomer re-cuts the
-    groups and every one rebuilds."""
+    only the same sequences decode on, they stay where they are. Newcomers to plain decode
+    (sequences whose prefill just ended) join as groups of their own, placed after the
+    others (`append`), while the arenas hold them and the groups are few; otherwise a
+    newcomer re-cuts the groups and every one rebuilds. (Rebuilding every group for each
+    newcomer made a token's cost grow with the searches in flight: with more of them,
+    prefills end at more steps, and each re-gathered every running context.)"""
 
     def __init__(self, num_layers: int, dtype: torch.dtype, device, limit_bytes: int, grows: bool = False):
         self.num_layers = num_layers
@@ -201,11 +211,11 @@ class DecodeGroups:
         self.groups: list[DecodeKV] = []
         self.assign: dict[int, int] = {}
         self.kept = False
+        self.extent: dict[str, int] = {}  # per region, the elements laid out so far
 
-    def route(self, uids: list[int]) -> list[int] | None:
-        """The group of each sequence, as the last forward cut them; None if any is new."""
-        where = [self.assign.get(u, -1) for u in uids]
-        return None if not where or min(where) < 0 else where
+    def route(self, uids: list[int]) -> list[int]:
+        """The group of each sequence, as the last forwards placed them; -1: a newcomer."""
+        return [self.assign.get(u, -1) for u in uids]
 
     def ensure(self, n: int) -> list[DecodeKV]:
         """At least n groups (their buffers' state; arenas shared)."""
@@ -243,6 +253,28 @@ class DecodeGroups:
         for g, n in zip(groups, sizes):
             g.base[region] = at
             at += n
+        self.extent[region] = at
+        # plain decode: room for newcomers' groups besides (`append`), within the limit;
+        # reserved memory that is not touched until a group is placed in it
+        room = at if self.grows else max(at, min(2 * at, self.limit_elements()))
         for layer in range(self.num_layers if self.kept else 1):
             for kv in ("k", "v"):
-                self.ws.reserve((region, kv, layer), at)
+                self.ws.reserve((region, kv, layer), room)
+
+    def append(self, groups: list[DecodeKV], region: str, sizes: list[int], slack: int = 0) -> bool:
+        """Place `region`'s buffers of these new groups after those laid out, if the kept
+        arenas hold them as they are (growing one would lose what the other groups keep in
+        it) and the kind stays within its limit (`slack` as in `keep`); False, placing
+        nothing: they do not fit."""
+        at = self.extent.get(region, 0)
+        end = at + sum(sizes)
+        if not self.kept or end > self.limit_elements(slack):
+            return False
+        if any(self.ws.capacity((region, kv, layer)) < end for layer in range(self.num_layers) for kv in ("k", "v")):
+            return False
+        for g, n in zip(groups, sizes):
+            g.base[region] = at
+            g.kept = True
+            at += n
+        self.extent[region] = end
+        return True
