@@ -221,6 +221,7 @@ class DecodeGroups:
         """At least n groups (their buffers' state; arenas shared)."""
         while len(self.groups) < n:
             self.groups.append(DecodeKV(self.ws, self.grows))
+            self.groups[-1].kept = self.kept
         return self.groups
 
     def reset(self) -> None:
@@ -274,7 +275,6 @@ class DecodeGroups:
             return False
         for g, n in zip(groups, sizes):
             g.base[region] = at
-            g.kept = True
             at += n
         self.extent[region] = end
         return True
