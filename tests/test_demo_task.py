@@ -154,3 +154,28 @@ def test_checker_rejects_steps_before_their_inputs_are_known():
         assert check_steps(p, [last]) == [False]              # total not computed yet
         sum_step = next(s for s in steps if " + " in s)
         assert check_steps(p, [sum_step]) == [False]          # its addends not computed yet
+
+
+def test_problem_set_script_writes_other_splits_and_refuses_bad_input(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "make_demo_test_set.py"
+
+    def run(*args):
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+
+    out = tmp_path / "val.jsonl"
+    assert run("--split", "validation", "--size", "5", "--seed", "3", "--out", str(out)).returncode == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    wanted = generate_split("validation", 5, 3)
+    assert [r["question"] for r in records] == [p.question for p in wanted]
+    assert all(r["answer"].endswith(f"#### {p.answer}") for r, p in zip(records, wanted))
+    # bad input: one line, exit 2, nothing written; the shipped file is never overwritten by other problems
+    before = TEST_PATH.read_bytes()
+    for args in (("--split", "dev", "--out", str(tmp_path / "x.jsonl")), ("--split", "validation"),
+                 ("--split", "validation", "--out", str(TEST_PATH)), ("--size", "0", "--out", str(tmp_path / "x.jsonl"))):
+        done = run(*args)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
+    assert not (tmp_path / "x.jsonl").exists() and TEST_PATH.read_bytes() == before

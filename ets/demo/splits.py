@@ -53,10 +53,16 @@ def gsm8k_record(p: Problem, rng: random.Random) -> dict:
     return {"question": p.question, "answer": "\n".join(steps) + f"\n#### {p.answer}"}
 
 
+def split_records(split: str, n: int, seed: int) -> list[dict]:
+    """`n` problems of `split` as GSM8K records, the same for the same seed (the reference
+    solutions' wording is drawn from the seed too)."""
+    rng = random.Random(seed)
+    return [gsm8k_record(p, rng) for p in generate_split(split, n, seed)]
+
+
 def shipped_records() -> list[dict]:
     """The records of the shipped test file, regenerated from the seed."""
-    rng = random.Random(TEST_SEED)
-    return [gsm8k_record(p, rng) for p in generate_split("test", TEST_SIZE, TEST_SEED)]
+    return split_records("test", TEST_SIZE, TEST_SEED)
 
 
 def load_test_problems(path: Path = TEST_PATH) -> list[Problem]:
@@ -65,9 +71,3 @@ def load_test_problems(path: Path = TEST_PATH) -> list[Problem]:
 
     with open(path) as f:
         return [parse_question(json.loads(line)["question"]) for line in f if line.strip()]
-
-
-
-def write_test_file(path: Path = TEST_PATH) -> None:
-    """Rewrite the shipped test file from the seed (scripts/make_demo_test_set.py)."""
-    path.write_text("".join(json.dumps(r) + "\n" for r in shipped_records()))
