@@ -48,9 +48,13 @@ def main(argv=None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     # written whole or not at all: a temporary file beside it, renamed over it
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, out)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     print(f"wrote {args.size} {args.split} problems (seed {args.seed}) to {out}")
 
 

@@ -3,6 +3,9 @@ tests/test_verifier_dial.py)."""
 
 import json
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -157,10 +160,6 @@ def test_checker_rejects_steps_before_their_inputs_are_known():
 
 
 def test_problem_set_script_writes_other_splits_and_refuses_bad_input(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
     script = Path(__file__).resolve().parents[1] / "scripts" / "make_demo_test_set.py"
 
     def run(*args):
