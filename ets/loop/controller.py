@@ -42,9 +42,10 @@ demo's static embedder is per text), several torch threads on larger models, and
 selection reads those floats, so there it *can* flip when two candidates' scores (or a
 REBASE share at an integer, or a cosine distance at the ETS cut) lie within ~1e-6 of the
 decision; ties keep candidate order. ETS's solver also runs under a
-wall-clock limit (`lp_time_limit`): a solve that runs out falls back to REBASE, which a
+wall-clock limit (`lp_time_limit`, 10 s): a solve that runs out falls back to REBASE, which a
 slower or busier machine can make happen on one run and not another (counted in
-`lp_fallback`, and logged).
+`lp_fallback`, and logged; the limit is set far above the slowest solves measured, see
+lp.solve.DEFAULT_TIME_LIMIT).
 """
 
 from __future__ import annotations
