@@ -11,13 +11,12 @@ them on the test set: `ets run ... data.path=runs/val100.jsonl`).
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ets.app.output import write_text_atomic  # noqa: E402
 from ets.demo.splits import SPLITS, TEST_PATH, TEST_SEED, TEST_SIZE, split_records  # noqa: E402
 
 
@@ -46,15 +45,7 @@ def main(argv=None) -> None:
         fail(f"--out {out} is the shipped test file; write other problems elsewhere")
     text = "".join(json.dumps(r) + "\n" for r in split_records(args.split, args.size, args.seed))
     out.parent.mkdir(parents=True, exist_ok=True)
-    # written whole or not at all: a temporary file beside it, renamed over it
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, out)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_text_atomic(out, text)   # whole or not at all
     print(f"wrote {args.size} {args.split} problems (seed {args.seed}) to {out}")
 
 

@@ -147,11 +147,16 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
+    """`value` as indented JSON, written as `write_text_atomic` writes."""
+    write_text_atomic(path, json.dumps(value, indent=2))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     """Write to a temporary file and rename it over `path`: a reader sees the old file or
     the new one, never a truncated one."""
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as fh:
-        json.dump(value, fh, indent=2)
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
