@@ -116,6 +116,15 @@ def test_time_limit_falls_back_to_rebase_kept_set():
     assert kept[int(np.argmax(weights))]
 
 
+def test_config_default_time_limit_is_the_solvers():
+    # Two copies by design: the config stays free of scipy (the CLI starts without it), and
+    # lp does not import the app's config. A run's recorded `lp_time_limit` is the config's.
+    from ets.config.sections import SearchConfig
+    from lp import DEFAULT_TIME_LIMIT
+
+    assert SearchConfig().lp_time_limit == DEFAULT_TIME_LIMIT
+
+
 def test_layout_numbers_ancestors_parents_first():
     rng = np.random.default_rng(8)
     for _ in range(50):

@@ -72,7 +72,7 @@ class SearchConfig:
     embedder: str = "all-MiniLM-L6-v2"  # sentence-transformers model (default ships offline)
     kv_budget: int | None = None      # ETS: hard cap on tokens of kept nodes (beyond the paper)
     lp_relax: bool = False            # ETS: solve the LP relaxation and round
-    lp_time_limit: float = 10.0       # ETS: seconds per solve before the REBASE fallback (lp.solve.DEFAULT_TIME_LIMIT)
+    lp_time_limit: float = 10.0       # ETS: seconds per solve before the REBASE fallback (= lp.DEFAULT_TIME_LIMIT, tested; not imported: keeps scipy out of the CLI's start)
     aggregation: str = "last"         # last | min | mean | prod
     vote: str = "weighted"            # best | majority | weighted
     seed: int = 0
