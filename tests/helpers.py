@@ -1,8 +1,9 @@
-"""Small builders shared by the tests: trees with chosen scores (no models), and the
-`ets run` of the tiny config with its one-line-error check."""
+"""Small builders shared by the tests: trees with chosen scores (no models), the `ets run`
+of the tiny config with its one-line-error check, and scripts/ loaded as modules."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import torch
@@ -78,3 +79,12 @@ def cluster_table(shared: list[int], cluster_of: list[int], n_slots: int, gen: t
         if cluster_of[b] == cluster_of[b - 1]:
             table[b, : shared[b]] = table[b - 1, : shared[b]]
     return table
+
+
+def load_script(name: str):
+    """scripts/<name>.py imported as a module (scripts/ is not a package), to call its functions."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -7,6 +7,7 @@ import pytest
 
 from ets.answers import grading
 from ets.answers.grading import answers_match, is_equivalent, normalize
+from tests.helpers import load_script
 
 
 @pytest.mark.parametrize(
@@ -114,20 +115,9 @@ def test_off_main_thread_backstop_kills_the_worker(monkeypatch):
 
 # ---- the real benchmarks: reference solutions must grade as correct (issue 2, item 6) ----
 
-def _load_check_script():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "check_grading.py"
-    spec = importlib.util.spec_from_file_location("check_grading", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("dataset", ["gsm8k", "math500"])
 def test_reference_solutions_agree_with_ground_truth(dataset):
-    check = _load_check_script()
+    check = load_script("check_grading")
     if not (check.DEFAULT_DATA / check.DATASETS[dataset][0]).is_file():
         pytest.skip(f"benchmark data not found at {check.DEFAULT_DATA} (../shared/data is absent on a fresh clone)")
     # The full check takes a few seconds, so the test runs all of it.

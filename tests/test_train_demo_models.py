@@ -5,23 +5,21 @@ The shipped policy was retrained from its seed bit for bit (docs/RESULTS.md, "Th
 models retrained from their seeds"); these are the same properties on a model small
 enough for the test suite."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_demo_models.py"
+from tests.helpers import load_script
+
 TINY = ["--stage", "policy", "--hidden", "16", "--layers", "1", "--kv-heads", "1", "--batch", "4",
         "--eval-every", "0"]
 
 
 @pytest.fixture(scope="module")
 def train():
-    spec = importlib.util.spec_from_file_location("train_demo_models", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("train_demo_models")
     threads = torch.get_num_threads()           # main() sets the process's threads: keep ours
 
     def run(out: Path, *extra: str) -> Path:
