@@ -8,7 +8,7 @@ program.py builds the sparse program, solve.py solves it (time limit, fallback,
 tie-break), clustering.py embeds and clusters step texts. See ALGORITHMS.md, ETS.
 """
 
-from lp.clustering import StepClusterer, cluster_embeddings, load_embedder
+from lp.clustering import StepClusterer, cluster_embeddings, load_embedder, prepare_embedder
 from lp.program import Layout, Program, build_program, tree_layout
 from lp.solve import DEFAULT_TIME_LIMIT, FALLBACK_STATUSES, Selection, solve_program, solve_selection
 
@@ -22,6 +22,7 @@ __all__ = [
     "build_program",
     "cluster_embeddings",
     "load_embedder",
+    "prepare_embedder",
     "solve_program",
     "solve_selection",
     "tree_layout",

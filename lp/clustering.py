@@ -91,6 +91,13 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ETS_CACHE_DIR") or Path.home() / ".cache" / "ets")
 
 
+def prepare_embedder(name: str) -> None:
+    """Distil `name` now if it is a `static:` one not yet cached (nothing otherwise), so
+    that processes started after this find it made (`static_embedder`)."""
+    if name.startswith(STATIC_PREFIX):
+        static_embedder(name[len(STATIC_PREFIX):])
+
+
 def static_embedder(base: str, device: str | None = None) -> Path:
     """The folder of `base`'s static distillation (a sentence-transformers model), made on
     first use. Written to a temporary folder and renamed, so an interrupted distillation

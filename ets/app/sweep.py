@@ -238,6 +238,13 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
     if not configs:
         return []
     jobs = min(jobs, len(configs))
+    # What the strategies load from disk is made here first (ETS: a static embedder's
+    # distillation, ~25 s with its own progress bar): once, before the driver's bar, not
+    # in two workers at once with their bars cutting through it.
+    from search import build
+
+    for config in configs:      # after the first, a look at the cache
+        build(config.search).prefetch()
     threads = max(1, (os.cpu_count() or 1) // jobs)
     configs = [c if c.torch_threads is not None else dataclasses.replace(c, torch_threads=threads) for c in configs]
     bar = tqdm(total=len(configs), unit="run", desc=f"{jobs} runs at a time") if show_progress else None
