@@ -61,7 +61,8 @@ class Strategy(ABC):
     def prefetch(self) -> None:
         """Make on disk what `warm_up` will load, without loading it (ETS: a static
         embedder's distillation). A driver calls it before its worker processes start
-        (ets/app/sweep.py, `run_in_jobs`), so the work runs once, not in every worker."""
+        (a sweep's --jobs; a run's --workers on a Ray of its own machine), so the work
+        runs once, not in every worker."""
 
     def prepare(self, frontiers: list[Frontier]) -> None:
         """Called once per round with every frontier about to `select`, so batch work

@@ -132,3 +132,16 @@ def test_workers_start_with_the_users_openmp_waiting_and_their_share_of_the_core
     monkeypatch.setenv("GOMP_SPINCOUNT", "10000")  # a spin before sleeping, chosen by the user
     env = worker_env(1, 1.0)
     assert env["GOMP_SPINCOUNT"] == "10000" and "OMP_NUM_THREADS" not in env  # a GPU worker: threads its own
+
+
+def test_the_driver_prefetches_what_workers_on_its_machine_load(cluster, tmp_path, data, monkeypatch):
+    """ETS's static embedder is distilled by the driver before the workers start (as in a
+    sweep's --jobs), not by every worker at once; recorded here, not distilled (the
+    workers load the plain MiniLM)."""
+    from search.ets import ETS
+
+    calls = []
+    monkeypatch.setattr(ETS, "prefetch", lambda self: calls.append(self.config.embedder))
+    out = tmp_path / "ets" / "results.jsonl"
+    run(config(data, out, "method=ets", "data.limit=2"), show_progress=False, workers=2)
+    assert calls == ["all-MiniLM-L6-v2"] and len(ids(out)) == 2

@@ -396,7 +396,7 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
 
     if workers < 1:
         raise ConfigError(f"--workers {workers}: give at least 1")
-    build_strategy(config.search)  # an unknown method fails before anything is read or started
+    strategy = build_strategy(config.search)  # an unknown method fails before anything is read or started
     if config.num_threads is not None:
         log.warning(num_threads_note(config))
     problems = load_problems(config.data)
@@ -406,6 +406,8 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
     with open_output(config, problems, overwrite=overwrite) as writer:
         todo = [p for p in problems if p.id not in writer.done_ids]
         if todo:
+            if address is None:  # a Ray of this machine: its workers find made here what they load
+                strategy.prefetch()
             workers_used = min(workers, len(todo))
             cpus, _ = worker_resources(config, workers_used, cpus_per_worker, gpus_per_worker)
             with ray_session(address, num_cpus=max(os.cpu_count() or 1, workers_used * cpus),
