@@ -23,6 +23,7 @@ from importlib import metadata
 from typing import Any
 
 from ets.config import ConfigError, PolicyConfig, RewardConfig
+from ets.config.checks import did_you_mean
 from rewards.base import ProcessRewardModel
 from rewards.options import RewardContext, parse_options
 from rewards.plugin import make_plugin
@@ -71,7 +72,8 @@ def resolve_reward(name: str) -> Any:
             except Exception as exc:
                 raise ConfigError(f"reward {name!r}: entry point {ep.value!r} failed to load: {exc}") from exc
     raise ConfigError(
-        f"unknown reward {name!r}; known rewards: {', '.join(known_rewards())}; "
+        f"unknown reward {name!r}{did_you_mean(name, known_rewards())}; "
+        f"known rewards: {', '.join(known_rewards())}; "
         "or give a Python object as module:attr (a function or a ProcessRewardModel subclass)"
     )
 

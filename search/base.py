@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ets.config import METHOD_ALIASES, ConfigError, SearchConfig
+from ets.config.checks import did_you_mean
 from ets.tree import Node, SearchTree
 
 Allocation = dict[int, int]
@@ -97,7 +98,8 @@ def canonical_name(name: str) -> str:
     if name not in _REGISTRY:
         aliases = ", ".join(f"{a} -> {b}" for a, b in METHOD_ALIASES.items())
         # a user's mistake: the command reports it as one line
-        raise ConfigError(f"unknown search strategy {name!r}; known: {', '.join(available())} (aliases: {aliases})")
+        raise ConfigError(f"unknown search strategy {name!r}{did_you_mean(name, [*available(), *METHOD_ALIASES])}; "
+                          f"known: {', '.join(available())} (aliases: {aliases})")
     return name
 
 

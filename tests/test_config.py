@@ -39,7 +39,7 @@ def test_overrides_reach_every_section(tmp_path):
                                                                               "tensor_parallel_size"]),
         ({"policy": {"backend": "vllm", "vllm": {"block_size": "32"}}}, ["policy.vllm.block_size", "int"]),
         ({"policy": {"vllm": {"block_size": 32}}}, ["policy.vllm", "policy.backend=vllm"]),
-        ({"policy": {"nope": 1}}, ["policy.'nope'", "model"]),
+        ({"policy": {"nope": 1}}, ["'policy.nope'", "model"]),
         ({"data": {"format": "fields"}}, ["question_field"]),
         ({"search": {"cost": "bytes"}}, ["cost", "uniform", "tokens"]),
     ],
@@ -49,6 +49,37 @@ def test_bad_values_name_the_key_and_the_allowed(raw, words):
         config_from_dict(raw)
     for w in words:
         assert w in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "raw, hint",
+    [
+        ({"widht": 3}, "(did you mean 'width'?)"),
+        ({"lamda_c": 2}, "(did you mean 'lambda_c'?)"),
+        ({"search": {"widht": 3}}, "(did you mean 'search.width'?)"),
+        ({"policy": {"modle": "x"}}, "(did you mean 'policy.model'?)"),
+        ({"model": "x"}, "(did you mean 'policy.model' or 'reward.model'?)"),   # a section's key, flat
+        ({"device": "cpu"}, "(did you mean 'policy.device'?)"),
+        ({"policy": {"backend": "vllm", "vllm": {"tensor_paralel_size": 2}}}, "(did you mean 'tensor_parallel_size'?)"),
+        ({"aggregation": "lats"}, "(did you mean 'last'?)"),
+        ({"policy_model_type": "llema"}, "(did you mean 'llemma'?)"),
+        ({"foo": 1}, None),                                                      # nothing close: no guess
+    ],
+)
+def test_a_mistyped_name_gets_the_closest_known_one(raw, hint):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(raw)
+    assert (hint in str(err.value)) if hint else ("did you mean" not in str(err.value))
+
+
+def test_a_mistyped_method_or_reward_gets_the_closest_known_one():
+    import search
+    from rewards.registry import resolve_reward
+
+    with pytest.raises(ConfigError, match=r"'rebsae' \(did you mean 'rebase'\?\)"):
+        search.build(config_from_dict({"method": "rebsae"}).search)
+    with pytest.raises(ConfigError, match=r"'stepp_tag' \(did you mean 'step_tag'\?\)"):
+        resolve_reward("stepp_tag")
 
 
 def test_bad_files(tmp_path):

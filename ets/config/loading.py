@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from ets.config.checks import ConfigError
+from ets.config.checks import ConfigError, did_you_mean
 from ets.config.presets import apply_presets
 from ets.config.sections import (ETS_KEY_ALIASES, DataConfig, PolicyConfig, RewardConfig, RunConfig,
                                  SearchConfig)
@@ -48,7 +48,9 @@ def _build(cls, values: Mapping[str, Any], section: str | None):
         if key not in known:
             where = f"{section}." if section else ""
             extra = f"; or the ETS names: {', '.join(ETS_KEY_ALIASES)}" if cls is SearchConfig else ""
-            raise ConfigError(f"unknown key {where}{key!r}; known keys: {', '.join(sorted(known))}{extra}")
+            hint = did_you_mean(key, known, {k: [where + k] for k in known})
+            raise ConfigError(f"unknown key {where + str(key)!r}{hint}; "
+                              f"known keys: {', '.join(sorted(known))}{extra}")
     try:
         return cls(**values)
     except TypeError as exc:  # e.g. a list where a number was expected
@@ -72,8 +74,15 @@ def _split(raw: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str,
         elif key in search_keys:
             sections["search"][key] = value
         else:
+            # another section's key given without its section (model=...) is suggested with it
+            names: dict[str, list[str]] = {}
+            for section, cls in SECTIONS.items():
+                for f in fields(cls):
+                    names.setdefault(f.name, []).append(f"{section}.{f.name}")
+            names.update((n, [n]) for n in (*SECTIONS, *TOP_LEVEL, *ETS_KEY_ALIASES, *search_keys))
+            hint = did_you_mean(key, names, names)
             raise ConfigError(
-                f"unknown key {key!r}; use a section ({', '.join(SECTIONS)}), a search key "
+                f"unknown key {key!r}{hint}; use a section ({', '.join(SECTIONS)}), a search key "
                 f"({', '.join(sorted(search_keys))}), an ETS key ({', '.join(ETS_KEY_ALIASES)}) "
                 f"or {', '.join(TOP_LEVEL)}"
             )

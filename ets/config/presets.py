@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ets.config.checks import ConfigError
+from ets.config.checks import ConfigError, did_you_mean
 
 
 # The system prompt the ETS code gives its instruction-tuned Llama policy (rebase.py).
@@ -65,7 +65,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def preset(key: str, name: Any) -> dict[str, Any]:
     if name not in PRESETS:
-        raise ConfigError(f"{key}: {name!r} is not a preset; known: {', '.join(PRESETS)} (`ets presets` lists them)")
+        raise ConfigError(f"{key}: {name!r} is not a preset{did_you_mean(name, PRESETS)}; "
+                          f"known: {', '.join(PRESETS)} (`ets presets` lists them)")
     return PRESETS[name]
 
 

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ets.config.checks import ConfigError, choice, integer, positive
+from ets.config.checks import ConfigError, choice, did_you_mean, integer, positive
 from ets.config.presets import preset
 
 # The ETS public code's names for the methods, mapped onto ours.
@@ -160,7 +160,8 @@ def _vllm_options(options: Any, backend: str) -> dict[str, Any]:
                           f"set policy.backend=vllm or remove policy.vllm")
     for key, value in options.items():
         if key not in VLLM_OPTIONS:
-            raise ConfigError(f"unknown key policy.vllm.{key!s}; known vLLM options: {', '.join(sorted(VLLM_OPTIONS))}")
+            raise ConfigError(f"unknown key policy.vllm.{key!s}{did_you_mean(key, VLLM_OPTIONS)}; "
+                              f"known vLLM options: {', '.join(sorted(VLLM_OPTIONS))}")
         kind = VLLM_OPTIONS[key]
         if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             names = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
