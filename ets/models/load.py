@@ -69,7 +69,7 @@ def load_causal_lm(name_or_path: str, device: str = "cpu", dtype: str | torch.dt
         model, info = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype, output_loading_info=True)
     except (OSError, ValueError) as exc:  # ValueError: a config transformers cannot map to a model
         raise ModelLoadError(
-            f"could not load model {name_or_path!r}: {exc}. Pass a local folder in Hugging Face "
+            f"could not load model {name_or_path!r}: {str(exc).rstrip('. ')}. Pass a local folder in Hugging Face "
             "format, or a hub name on a machine that can reach the hub."
         ) from exc
     missing = sorted(info["missing_keys"])
