@@ -144,7 +144,7 @@ def test_pool_full_of_locks_spills_instead_of_failing(model_tok):
     (conts,) = engine.expand([(first, 1)], max_new_tokens=10, temperature=0)
     engine.check()  # 39 tokens locked, 25 free
     requests = [(random_tokens(3, seed=5), 1), (random_tokens(30, seed=4), 1)]
-    # The long request cannot fit beside the lock: the oldest handle is spilled (its path
+    # The long request cannot fit beside the lock: the (only) handle is spilled (its path
     # becomes evictable) and the call completes with the same tokens as a roomy pool.
     got = engine.expand(requests, max_new_tokens=10, temperature=0)
     want = roomy.expand(requests, max_new_tokens=10, temperature=0)
@@ -163,6 +163,34 @@ def test_pool_full_of_locks_spills_instead_of_failing(model_tok):
         engine.release([conts[0].handle])  # twice is a caller bug, spilled or not
     with pytest.raises(ValueError, match="kv_budget_tokens"):
         engine.generate([random_tokens(60, seed=5)], max_new_tokens=10)
+
+
+def _search_rounds(engine, rounds=5, width=8, step=8):
+    """A search that keeps all its paths: every round extends each of them by one step, in
+    the order the last round gave them, then releases their parents. Returns the paths."""
+    requests, handles = [(random_tokens(16, seed=7), width, 0)], []
+    for r in range(rounds):
+        out = engine.expand(requests, max_new_tokens=step, temperature=1.0, ignore_eos=True)
+        engine.release(handles)
+        bases = [list(q[0]) for q in requests for _ in range(q[1])]
+        conts = [c for o in out for c in o]
+        handles = [c.handle for c in conts]
+        requests = [(b + c.token_ids, 1, 100 + r * width + i) for i, (b, c) in enumerate(zip(bases, conts))]
+    return [q[0] for q in requests]
+
+
+def test_a_pool_short_of_a_search_spills_the_path_needed_last(model_tok):
+    """Locks that outgrow the pool are spilled newest first: the next round extends the
+    paths in the order it was given them, so the newest is needed last. Spilling the oldest
+    lost the path extended first, whose recomputation pushed out the next one, and so on:
+    in a pool of 3/4 of the search's final 336 tokens that recomputed 210 tokens for 320
+    generated (1.63x a roomy pool's computation); newest first, 84 (1.25x)."""
+    model, tok = model_tok
+    roomy, short = Engine(model, tok, kv_budget_tokens=4096), Engine(model, tok, kv_budget_tokens=260)
+    assert _search_rounds(short) == _search_rounds(roomy)
+    assert short.stats()["spilled_handles"] > 0 and roomy.stats()["spilled_handles"] == 0
+    assert short.stats()["computed_tokens"] <= 1.3 * roomy.stats()["computed_tokens"]
+    short.check()
 
 
 def test_a_call_whose_own_results_outgrow_the_pool_spills_them(model_tok):

@@ -67,7 +67,7 @@ class Scheduler:
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         # Called when the pool is full of locked paths and nothing can run: frees some locks
-        # (the engine spills its oldest handles) and says whether it did.
+        # (the engine spills its newest handles) and says whether it did.
         self.relieve: Callable[[], bool] | None = None
         # The plan whose slots are allocated but not yet booked (between schedule and
         # postprocess): what `abort` must give back beyond each sequence's computed KV.
