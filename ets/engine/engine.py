@@ -205,8 +205,8 @@ class Engine:
         Newest, because a search extends its paths in the order it was given them: the
         newest is needed last, so it is the one to lose (Belady's rule). Spilling the oldest
         lost the path the next call extends first, whose recomputation then pushed out the
-        one after it, round after round: REBASE at W=64 in a 10k-token pool computed 1.89
-        tokens per token generated that way, 1.34 this way (docs/RESULTS.md, "Pools
+        one after it, round after round: REBASE at W=64 in a 10k-token pool computed 1.95
+        tokens per token generated that way, 1.29 this way (docs/RESULTS.md, "Pools
         smaller than a REBASE search")."""
         if not self.handles:
             for seq in reversed(self._inflight):
