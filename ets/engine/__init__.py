@@ -59,9 +59,9 @@ the request `(ids, n, s)` samples. When the
 pool runs out, unlocked cache entries are evicted (LRU), then the youngest running
 sequences are preempted and recomputed later; if locked handles fill the pool, the
 newest handle is spilled, the path a search extends last (it becomes evictable and is
-recomputed from its tokens when next extended; `spilled_handles` counts them). A call never fails for lack of memory
-unless one sequence alone exceeds the pool (a ValueError up front naming
-`kv_budget_tokens`).
+recomputed from its tokens when next extended; `spilled_handles` counts them). A call
+never fails for lack of memory unless one sequence alone exceeds the pool (a ValueError
+up front naming `kv_budget_tokens`).
 
 `ets.policy.engine.EnginePolicy` is the search controller's `Policy` on this engine.
 
