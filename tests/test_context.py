@@ -179,6 +179,15 @@ def test_ets_run_refuses_a_pool_too_small_for_one_sequence(tmp_path, capsys, bud
     summary = json.loads((out.parent / "results.summary.json").read_text())
     assert summary["problems"] == 4 and summary["policy_memory"]["capacity_tokens"] == need
     assert summary["policy_stats"]["evicted_tokens"] + summary["policy_stats"]["spilled_handles"] > 0
+    # ... and says so, with what it cost and the fix.
+    stats = summary["policy_stats"]
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("KV pool full: "))
+    assert f"{stats['preempted']:,} sequences preempted, {stats['spilled_handles']:,} locks spilled" in line
+    assert f"(the pool holds {need:,}; a search peaked at " in line and "a larger policy.kv_budget_tokens" in line
+    # A pool that holds the searches says nothing of the kind.
+    roomy = tmp_path / "roomy" / "results.jsonl"
+    assert run_cli("policy.backend=engine", f"output={roomy}") == 0
+    assert "KV pool full" not in capsys.readouterr().out
 
 
 def test_the_pool_check_counts_the_depth_and_the_context():

@@ -74,6 +74,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     if summary.get("expand_seconds"):
         print(_phases_line(summary))
+    if (line := _full_pool_line(summary)) is not None:
+        print(line)
     return _workers_lines(summary)
 
 
@@ -82,6 +84,23 @@ def _phases_line(summary: dict) -> str:
     expand, score, select = (summary.get(k, 0.0) for k in ("expand_seconds", "score_seconds", "select_seconds"))
     return (f"rounds: policy {expand:.1f} s | reward {score:.1f} s | selection {select:.1f} s "
             f"({select / expand:.1%} of the policy's)")
+
+
+def _full_pool_line(summary: dict) -> str | None:
+    """When the policy's KV pool ran full (sequences preempted or locks spilled), what it
+    cost and the fix: the run is right but slower, and nothing else would say why. None
+    otherwise, and for a policy without the engine's counters."""
+    stats, memory = summary.get("policy_stats") or {}, summary.get("policy_memory") or {}
+    preempted, spilled = stats.get("preempted", 0), stats.get("spilled_handles", 0)
+    if not (preempted or spilled) or not stats.get("generated_tokens"):
+        return None
+    peak = summary.get("mean_search_peak_kv")
+    peaks = f"; a search peaked at {peak:,.0f} tokens on average" if peak else ""
+    workers = (summary.get("workers") or {}).get("count", 1)  # on Ray the pools are summed
+    pool = f"the pool holds {memory.get('capacity_tokens', 0) // workers:,}" + (" in each worker" if workers > 1 else "")
+    return (f"KV pool full: {preempted:,} sequences preempted, {spilled:,} locks spilled, "
+            f"{stats['computed_tokens'] / stats['generated_tokens']:.2f} tokens computed a token generated "
+            f"({pool}{peaks}): a larger policy.kv_budget_tokens runs faster, with the same results")
 
 
 def _workers_lines(summary: dict) -> int:
