@@ -25,7 +25,7 @@ from ets.policy.base import ExpandRequest, Prompt, PromptTooLong
 from ets.policy.engine import EnginePolicy
 from ets.policy.hf import HFPolicy
 from ets.policy.steps import fit_prompt
-from tests.helpers import one_line_error, run_cli
+from tests.helpers import TINY, one_line_error, run_cli
 
 CONTEXT = 48
 
@@ -188,6 +188,27 @@ def test_ets_run_refuses_a_pool_too_small_for_one_sequence(tmp_path, capsys, bud
     roomy = tmp_path / "roomy" / "results.jsonl"
     assert run_cli("policy.backend=engine", f"output={roomy}") == 0
     assert "KV pool full" not in capsys.readouterr().out
+
+
+def test_a_pool_size_on_the_hf_backend_is_named_as_having_no_effect(tmp_path, caplog):
+    """The hf backend keeps no pool: a config written for the engine still runs as its
+    baseline, with one warning that `policy.kv_budget_tokens` does nothing there."""
+    from ets.app.cli import main
+
+    def run(*argv):  # not --quiet: that shows errors alone
+        with caplog.at_level(logging.WARNING):
+            return main(["run", "--config", str(TINY), *argv])
+
+    out = tmp_path / "results.jsonl"
+    assert run("policy.backend=hf", "policy.kv_budget_tokens=96", f"output={out}") == 0
+    notes = [r.getMessage() for r in caplog.records if "kv_budget_tokens" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].startswith("policy.kv_budget_tokens: 96 has no effect on the hf backend")
+    summary = json.loads((tmp_path / "results.summary.json").read_text())
+    assert summary["problems"] == 4 and summary["policy_memory"]["capacity_tokens"] is None
+    # the engine reads it: no such note
+    caplog.clear()
+    assert run("policy.backend=engine", "policy.kv_budget_tokens=96", f"output={tmp_path / 'e.jsonl'}") == 0
+    assert not [r for r in caplog.records if "has no effect" in r.getMessage()]
 
 
 def test_the_pool_check_counts_the_depth_and_the_context():

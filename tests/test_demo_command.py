@@ -48,6 +48,10 @@ def test_demo_config_matches_the_formats_the_models_were_trained_on():
     assert config.policy.step_delimiter == demo.STEP_DELIMITER
     assert config.policy.model == str(demo.POLICY_PATH) and config.reward.model == str(demo.PRM_PATH)
     assert config.data.path == str(demo.TEST_PATH)
+    # the pool is the engine's; on the hf backend, which keeps none, the demo leaves it unset
+    # (a user who sets it there is told it does nothing: tests/test_context.py)
+    assert config.policy.kv_budget_tokens and demo_config(backend="hf").policy.kv_budget_tokens is None
+    assert demo_config(backend="hf").policy.inert_keys_note() is None
 
 
 def test_demo_with_seeds_says_so_and_shows_the_spread(tmp_path, capsys):

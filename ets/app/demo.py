@@ -36,6 +36,8 @@ def demo_config(width: int = 8, problems: int = 10, out: str | Path = "ets-demo"
     config = load_config(DEMO_CONFIG, [
         f"width={width}", f"data.limit={problems}", f"policy.backend={backend}", f"concurrency={problems}",
     ])
+    if backend == "hf":  # it keeps no KV pool: demo.yaml's is the engine's (and vLLM's), not set by the user
+        config = dataclasses.replace(config, policy=dataclasses.replace(config.policy, kv_budget_tokens=None))
     return dataclasses.replace(config, output=str(Path(out) / "results.jsonl"))
 
 

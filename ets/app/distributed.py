@@ -399,6 +399,8 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
     strategy = build_strategy(config.search)  # an unknown method fails before anything is read or started
     if config.num_threads is not None:
         log.warning(num_threads_note(config))
+    if note := config.policy.inert_keys_note():
+        log.warning(note)
     problems = load_problems(config.data)
     new_records: list[dict[str, Any]] = []
     extra: dict[str, Any] = {}

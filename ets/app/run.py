@@ -50,6 +50,8 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     strategy = build_strategy(config.search)  # an unknown method fails before anything is read or loaded
     if config.num_threads is not None:
         log.warning(num_threads_note(config))
+    if note := config.policy.inert_keys_note():
+        log.warning(note)
     if config.torch_threads is not None:
         import torch
 
@@ -145,6 +147,8 @@ def check_config(config: RunConfig) -> str:
             notes.append(f"{key}: {getattr(config, key)} set the {section} keys not given explicitly (`ets presets`)")
     if config.num_threads is not None:
         notes.append(num_threads_note(config))
+    if note := config.policy.inert_keys_note():
+        notes.append(note)
     if config.search.ets_code:
         notes.append("search.compat: ets_code: the ETS public code's selection and accounting (docs/FIDELITY.md)")
     body = yaml.dump(config.to_dict(), Dumper=_dumper(), sort_keys=False, allow_unicode=True, width=100)

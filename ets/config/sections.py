@@ -214,6 +214,15 @@ class PolicyConfig:
             integer("policy.kv_budget_tokens", self.kv_budget_tokens, 1)
         integer("policy.max_batch_tokens", self.max_batch_tokens, 1)
 
+    def inert_keys_note(self) -> str | None:
+        """A line for keys this backend reads nothing from, else None. Not an error (as
+        `kv_dtype` is): a config written for the engine, demo.yaml's, must still run with
+        `policy.backend=hf` as the baseline it is compared against."""
+        if self.backend == "hf" and self.kv_budget_tokens is not None:
+            return (f"policy.kv_budget_tokens: {self.kv_budget_tokens:,} has no effect on the hf backend: it keeps "
+                    f"no KV pool (each expansion re-encodes its paths), so admission is bounded by concurrency alone")
+        return None
+
 
 @dataclass
 class RewardConfig:
