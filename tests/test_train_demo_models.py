@@ -51,3 +51,22 @@ def test_a_snapshot_at_step_n_is_an_n_step_run(train, tmp_path):
     # and the run went on past it: the 4-step policy is another one
     final = weights(tmp_path / "long" / "policy")
     assert any(not final[k].equal(short[k]) for k in short)
+
+
+def test_a_cooldown_decays_the_last_steps_and_leaves_the_ones_before(train, tmp_path):
+    """`--policy-cooldown N` (and `--prm-cooldown`): the plain schedule, then its last N
+    steps falling linearly towards 0; another schedule, so other weights; and 0 is the
+    shipped recipe (the snapshot test above)."""
+    module = load_script("train_demo_models")
+
+    def lr(step, cooldown):
+        return module.inv_sqrt_lr(step, 1.0, 4, 12, cooldown)
+
+    assert [lr(s, 4) for s in range(8)] == [lr(s, 0) for s in range(8)]
+    assert [lr(s, 4) for s in range(8, 12)] == [lr(8, 0) * k / 4 for k in (4, 3, 2, 1)]
+    plain = weights(train(tmp_path / "plain", "--policy-steps", "3"))
+    cooled = weights(train(tmp_path / "cooled", "--policy-steps", "3", "--policy-cooldown", "2"))
+    assert any(not cooled[k].equal(v) for k, v in plain.items())
+    with pytest.raises(SystemExit) as exit_:
+        train(tmp_path / "bad", "--policy-steps", "3", "--policy-cooldown", "4")
+    assert exit_.value.code == 2 and not (tmp_path / "bad").exists()
