@@ -31,14 +31,13 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import torch  # noqa: E402
 
-from bench_concurrency import DEMO, fresh  # noqa: E402
+from bench_budget import one_run  # noqa: E402
+from bench_concurrency import DEMO  # noqa: E402
 from ets.app.run import build_reward_for  # noqa: E402
 from ets.config import load_config  # noqa: E402
 from ets.data import load_problems  # noqa: E402
 from ets.engine.scheduler import Scheduler  # noqa: E402
-from ets.loop.controller import SearchLoop  # noqa: E402
 from ets.policy.build import build_policy  # noqa: E402
-from search import build as build_strategy  # noqa: E402
 
 
 def hook(policy_scheduler: Scheduler, counts: collections.Counter) -> None:
@@ -86,20 +85,15 @@ def main(argv=None) -> None:
     reward = build_reward_for(config, policy)
     counts: collections.Counter = collections.Counter()
     hook(policy.engine.scheduler, counts)
-    fresh(policy, reward)
-    strategy = build_strategy(config.search)
-    strategy.warm_up()
-    records, _ = SearchLoop(problems, policy, reward, config.search, strategy=strategy,
-                            concurrency=config.concurrency).run()
+    run = one_run(problems, policy, reward, config)  # bench_budget's run: empty caches, zeroed counters
     e = policy.engine.stats()
-    print(f"{args.method}, W={args.width}, {len(records)} problems, pool {args.budget:,}: "
+    print(f"{args.method}, W={args.width}, {len(problems)} problems, pool {args.budget:,}: "
           f"{e['computed_tokens']:,} tokens computed for {e['generated_tokens']:,} generated "
           f"({e['computed_tokens'] / e['generated_tokens']:.2f}); {e['preempted']:,} preempted, "
           f"{e['spilled_handles']:,} locks spilled, {e['evicted_tokens']:,} tokens evicted")
     for cause in ("first computation", "path filled in again", "preempted, own tokens again"):
         print(f"  {cause}: {counts[cause]:,}")
-    key = sorted((r["id"], r.get("answer"), r["generated_tokens"], r["kv_size"]) for r in records)
-    print(f"records digest {hashlib.sha256(repr(key).encode()).hexdigest()[:12]} (the same at every pool)")
+    print(f"records digest {hashlib.sha256(repr(run['records']).encode()).hexdigest()[:12]} (the same at every pool)")
 
 
 if __name__ == "__main__":

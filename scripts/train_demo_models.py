@@ -505,9 +505,10 @@ def main(argv=None):
     ap.add_argument("--steer-weight", type=float, default=1.0, help="weight of the listwise steering term")
     ap.add_argument("--steer-temperature", type=float, default=0.2, help="REBASE's softmax temperature")
     args = ap.parse_args(argv)
-    for name, steps in (("policy", args.policy_steps), ("prm", args.prm_steps)):
-        if not 0 <= getattr(args, f"{name}_cooldown") <= steps:
-            ap.error(f"--{name}-cooldown {getattr(args, f'{name}_cooldown')}: give 0 to {steps} (--{name}-steps)")
+    for name, steps, cooldown in (("policy", args.policy_steps, args.policy_cooldown),
+                                  ("prm", args.prm_steps, args.prm_cooldown)):
+        if not 0 <= cooldown <= steps:
+            ap.error(f"--{name}-cooldown {cooldown}: give 0 to {steps} (--{name}-steps)")
 
     torch.set_num_threads(args.threads)
     if args.bf16 and not native_bf16():
