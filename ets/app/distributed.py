@@ -390,16 +390,14 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
     summary, plus `workers` in the summary. `hook(driver)` is called after each event (a
     worker ready or lost, a chunk written; tests kill a worker there)."""
     from ets.app.output import open_output
-    from ets.app.run import _progress, finish_summary, num_threads_note, summarize
+    from ets.app.run import _progress, finish_summary, inert_keys_notes, summarize
     from ets.data import load_problems
     from search import build as build_strategy
 
     if workers < 1:
         raise ConfigError(f"--workers {workers}: give at least 1")
     strategy = build_strategy(config.search)  # an unknown method fails before anything is read or started
-    if config.num_threads is not None:
-        log.warning(num_threads_note(config))
-    if note := config.policy.inert_keys_note():
+    for note in inert_keys_notes(config):
         log.warning(note)
     problems = load_problems(config.data)
     new_records: list[dict[str, Any]] = []

@@ -48,9 +48,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
         return run_distributed(config, workers=workers, address=ray_address, show_progress=show_progress,
                                overwrite=overwrite)
     strategy = build_strategy(config.search)  # an unknown method fails before anything is read or loaded
-    if config.num_threads is not None:
-        log.warning(num_threads_note(config))
-    if note := config.policy.inert_keys_note():
+    for note in inert_keys_notes(config):
         log.warning(note)
     if config.torch_threads is not None:
         import torch
@@ -115,9 +113,16 @@ def kept_summary(kept: dict[str, Any], records: list[dict[str, Any]]) -> dict[st
     return {**kept, "new_problems": 0, "correct_by_problem": correct_by_problem(records)}
 
 
-def num_threads_note(config: RunConfig) -> str:
-    return (f"num_threads: {config.num_threads} has no effect here (in the ETS code it sized SGLang's client "
-            f"threads); problems searched at once: concurrency = {config.concurrency}")
+def inert_keys_notes(config: RunConfig) -> list[str]:
+    """A line for each key set in the config that does nothing here (said when a run starts,
+    and by --check)."""
+    notes = []
+    if config.num_threads is not None:
+        notes.append(f"num_threads: {config.num_threads} has no effect here (in the ETS code it sized SGLang's "
+                     f"client threads); problems searched at once: concurrency = {config.concurrency}")
+    if note := config.policy.inert_keys_note():
+        notes.append(note)
+    return notes
 
 
 def check_config(config: RunConfig) -> str:
@@ -145,10 +150,7 @@ def check_config(config: RunConfig) -> str:
         if getattr(config, key) is not None:
             section = "policy" if key == "policy_model_type" else "reward"
             notes.append(f"{key}: {getattr(config, key)} set the {section} keys not given explicitly (`ets presets`)")
-    if config.num_threads is not None:
-        notes.append(num_threads_note(config))
-    if note := config.policy.inert_keys_note():
-        notes.append(note)
+    notes.extend(inert_keys_notes(config))
     if config.search.ets_code:
         notes.append("search.compat: ets_code: the ETS public code's selection and accounting (docs/FIDELITY.md)")
     body = yaml.dump(config.to_dict(), Dumper=_dumper(), sort_keys=False, allow_unicode=True, width=100)
