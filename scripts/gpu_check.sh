@@ -133,7 +133,6 @@ if [ $QUICK -eq 1 ]; then BUDGET=(--budgets 8192 --problems 2 --width 4); else B
 part budget 340 python3 scripts/bench_budget.py "${BUDGET[@]}" --repeats 2 policy.device="$DEVICE" "${EXTRA[@]}"
 want budget && grep -v "Loading\|Warning\|forward_call\|it/s" "$OUTDIR/budget.log" | tail -n 14 | tee -a "$REPORT"
 
-
 # 3. batch scaling and the tree benchmark on a 1.5B-sized random model
 if [ $QUICK -eq 1 ]; then
   BENCH=(--model tiny:qwen2 --dtype float32 --quick --threads 2)
