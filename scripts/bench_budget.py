@@ -100,7 +100,7 @@ def main(argv=None) -> None:
                 r = one_run(problems, policies[b], reward, configs[b, m])
                 runs[b, m].append(r)
                 print(f"  repeat {rep + 1}, budget {b:,}, {m}: {r['wall']:.1f} s, {r['problems_s']:.4f} problems/s, "
-                      f"{r['preempted']:,} preempted", flush=True)
+                      f"{r['in_flight']:.1f} in flight (peak {r['peak_in_flight']}), {r['preempted']:,} preempted", flush=True)
 
     print("\n| KV budget (tokens) | method | problems/s | tokens/s | in flight (mean / peak) | search peak KV (mean) "
           "| preempted | computed / generated | KV size/problem | accuracy |")
