@@ -95,12 +95,15 @@ def _full_pool_line(summary: dict) -> str | None:
     if not (preempted or spilled) or not stats.get("generated_tokens"):
         return None
     peak = summary.get("mean_search_peak_kv")
-    peaks = f"; a search peaked at {peak:,.0f} tokens on average" if peak else ""
+    peaks = f"a search peaked at {peak:,.0f} tokens on average" if peak else ""
     workers = (summary.get("workers") or {}).get("count", 1)  # on Ray the pools are summed
-    pool = f"the pool holds {memory.get('capacity_tokens', 0) // workers:,}" + (" in each worker" if workers > 1 else "")
+    capacity = memory.get("capacity_tokens")  # vLLM may not say its size
+    pool = "" if capacity is None else (f"the pool holds {capacity // workers:,}"
+                                        + (" in each worker" if workers > 1 else ""))
+    figures = "; ".join(x for x in (pool, peaks) if x)
     return (f"KV pool full: {preempted:,} sequences preempted, {spilled:,} locks spilled, "
-            f"{stats['computed_tokens'] / stats['generated_tokens']:.2f} tokens computed a token generated "
-            f"({pool}{peaks}): a larger policy.kv_budget_tokens runs faster, with the same results")
+            f"{stats['computed_tokens'] / stats['generated_tokens']:.2f} tokens computed a token generated"
+            f"{f' ({figures})' if figures else ''}: a larger policy.kv_budget_tokens runs faster, with the same results")
 
 
 def _workers_lines(summary: dict) -> int:
