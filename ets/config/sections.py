@@ -170,6 +170,17 @@ def _vllm_options(options: Any, backend: str) -> dict[str, Any]:
 
 
 DTYPES = ("float32", "float16", "bfloat16")  # policy.dtype, policy.kv_dtype
+# policy.dtype: auto is what a model runs in on that kind of device: bfloat16 on a GPU
+# (what hub checkpoints are trained and published in), float32 on the CPU (where bfloat16
+# matmuls are slower and less exact).
+AUTO_DTYPES = {"cuda": "bfloat16", "cpu": "float32", "mps": "float16"}
+# policy.chat_template: auto uses the tokenizer's chat template when it has one.
+CHAT_TEMPLATE_MODES = ("auto", True, False)
+
+
+def auto_dtype(device: str) -> str:
+    """The dtype `policy.dtype: auto` means on `device` ("cuda:1" counts as cuda)."""
+    return AUTO_DTYPES.get(str(device).split(":", 1)[0], "float32")
 
 
 @dataclass
@@ -179,8 +190,12 @@ class PolicyConfig:
     model: str = "tiny:llama"         # HF path or hub name, or tiny:<arch> (random init, tests)
     backend: str = "engine"           # engine (prefix-sharing KV cache) | hf (plain generate baseline) | vllm
     device: str = "cpu"
-    dtype: str = "float32"
-    prompt_template: str = "{question}\n"
+    dtype: str = "auto"               # auto: bfloat16 on cuda, float32 on cpu (AUTO_DTYPES) | float32 | float16 | bfloat16
+    prompt_template: str = "{question}\n"  # the question's text; inside the user turn when a chat template is used
+    # auto: the tokenizer's chat template when it has one | true (required) | false (raw
+    # prompt_template) | a Jinja template, inline or a file path (search-and-learn's custom_chat_template)
+    chat_template: bool | str = "auto"
+    system_prompt: str | None = None  # a system turn before the question (with a chat template)
     step_delimiter: str = "\n\n"      # a step ends here (kept in the step's tokens)
     kv_budget_tokens: int | None = None  # engine: KV pool size in tokens (None: the engine's default)
     kv_dtype: str | None = None       # engine: how K/V are stored (None: as `dtype`); bfloat16 under a
@@ -198,7 +213,16 @@ class PolicyConfig:
         choice("policy.prompt_overflow", self.prompt_overflow, ("error", "truncate"))
         if self.max_context is not None:
             integer("policy.max_context", self.max_context, 2)
-        choice("policy.dtype", self.dtype, DTYPES)
+        if not isinstance(self.device, str) or not self.device.strip():
+            raise ConfigError(f"policy.device: {self.device!r} must be a device name, e.g. cpu or cuda")
+        if self.dtype == "auto":
+            self.dtype = auto_dtype(self.device)
+        choice("policy.dtype", self.dtype, DTYPES + ("auto",))
+        if not (isinstance(self.chat_template, bool) or (isinstance(self.chat_template, str) and self.chat_template.strip())):
+            raise ConfigError(f"policy.chat_template: {self.chat_template!r} must be auto, true, false, or a Jinja "
+                              f"chat template (inline text or a file path)")
+        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
+            raise ConfigError(f"policy.system_prompt: {self.system_prompt!r} must be a string (or null: no system turn)")
         if self.kv_dtype is not None:
             choice("policy.kv_dtype", self.kv_dtype, DTYPES)
             if self.backend != "engine":
