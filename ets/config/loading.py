@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from ets.config.checks import ConfigError, did_you_mean
+from ets.config.model_presets import apply_model_presets
 from ets.config.presets import apply_presets
 from ets.config.sections import (ETS_KEY_ALIASES, DataConfig, PolicyConfig, RewardConfig, RunConfig,
                                  SearchConfig)
@@ -115,8 +116,8 @@ def merge_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             raw.setdefault(path[0], {})[path[1]] = value
         elif len(path) == 3 and path[0] == "reward" and path[1] == "options":
             raw.setdefault("reward", {}).setdefault("options", {})[path[2]] = value
-        elif len(path) == 3 and path[0] == "policy" and path[1] == "vllm":
-            raw.setdefault("policy", {}).setdefault("vllm", {})[path[2]] = value
+        elif len(path) == 3 and path[0] == "policy" and path[1] in ("vllm", "chat_template_kwargs"):
+            raw.setdefault("policy", {}).setdefault(path[1], {})[path[2]] = value
         else:
             raise ConfigError(f"override {item!r}: use key=value or SECTION.key=value with SECTION in {', '.join(SECTIONS)}")
     return raw
@@ -158,5 +159,6 @@ def config_from_dict(raw: Mapping[str, Any]) -> RunConfig:
             raise ConfigError(f"store_path: {store_path!r} must be a folder path (the ETS code's results folder)")
         top.setdefault("output", str(Path(store_path) / STORE_PATH_FILE))  # an explicit `output` wins
     apply_presets(sections, top)
+    apply_model_presets(sections)
     built = {name: _build(cls, sections[name], name) for name, cls in SECTIONS.items()}
     return RunConfig(**built, **top)
