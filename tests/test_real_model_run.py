@@ -1,0 +1,90 @@
+"""`ets run` with a real pretrained policy, SmolLM2-135M-Instruct (tests/real_model.py),
+passed by path as users pass theirs, on GSM8K problems: best_of_n, REBASE and ETS end to end
+on the engine and the transformers backends, with the step-tag PRM on tiny:llama (a PRM of
+random weights: the scores are noise, what is tested is that every part runs on a real
+tokenizer, vocabulary and weights)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ets.app.cli import main
+from tests.real_model import GSM8K
+from tests.test_determinism import assert_same_records
+
+pytestmark = pytest.mark.real_model
+
+PROBLEMS = 3
+WIDTH = 4
+# How SmolLM2 is prompted in these runs, in one place: the question as raw text.
+PROMPT = {"prompt_template": "{question}\n", "chat_template": False}
+
+
+def write_config(folder: Path, smollm2: Path) -> Path:
+    """A small run: 3 problems, width 4, steps of at most 16 tokens, 48 tokens a path."""
+    config = {
+        "method": "best_of_n", "width": WIDTH, "max_step_tokens": 16, "max_tokens": 48, "max_depth": 3,
+        "temperature": 1.0, "seed": 0, "concurrency": PROBLEMS,
+        "policy": {"model": str(smollm2), "step_delimiter": "\n", "kv_budget_tokens": 8192, **PROMPT},
+        "reward": {"name": "step_tag", "model": "tiny:llama"},
+        "data": {"path": str(GSM8K), "limit": PROBLEMS},
+        "output": str(folder / "results.jsonl"),
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def ets_run(folder: Path, smollm2: Path, *overrides: str) -> Path:
+    """`ets run --config <the small run> OVERRIDES`: its output (exit code 0 asserted)."""
+    config = write_config(folder, smollm2)
+    assert main(["run", "--quiet", "--config", str(config), *overrides]) == 0
+    return folder / "results.jsonl"
+
+
+def read_records(output: Path) -> list[dict]:
+    return [json.loads(line) for line in output.read_text().splitlines()]
+
+
+def check_records(output: Path, width: int) -> list[dict]:
+    """A record per problem, each with trajectories that took steps and generated tokens."""
+    records = read_records(output)
+    assert len(records) == PROBLEMS
+    for r in records:
+        trajectories = r["trajectories"]
+        assert 0 < len(trajectories) <= width and r["generated_tokens"] > 0, r["id"]
+        for t in trajectories:
+            assert t["steps"] and all(t["steps"]) and len(t["step_scores"]) == len(t["steps"]), r["id"]
+            assert t["tokens"] >= len(t["steps"]), r["id"]  # every step is at least one token
+    return records
+
+
+def on_both_backends(tmp_path: Path, smollm2: Path, *overrides: str) -> tuple[Path, Path]:
+    """The same run on the engine and on the transformers backend: their outputs."""
+    return tuple(ets_run(tmp_path / backend, smollm2, *overrides, f"policy.backend={backend}")
+                 for backend in ("engine", "hf"))
+
+
+def test_greedy_best_of_n_is_one_trajectory_the_same_on_both_backends(tmp_path, smollm2):
+    """At temperature 0 every sample is the greedy continuation: the W trajectories of a
+    problem are one, and the engine's are transformers' own, step for step."""
+    on_engine, on_hf = on_both_backends(tmp_path, smollm2, "method=best_of_n", "temperature=0")
+    for output in (on_engine, on_hf):
+        for r in check_records(output, WIDTH):
+            assert len(r["trajectories"]) == WIDTH
+            assert len({json.dumps(t["steps"]) for t in r["trajectories"]}) == 1, r["id"]
+    assert_same_records(on_engine, on_hf, exact=False)  # the PRM scores on its engine, then on a plain forward
+
+
+@pytest.mark.parametrize("method", ["rebase", "ets"])
+def test_sampled_tree_search_is_the_same_on_both_backends(tmp_path, smollm2, method):
+    """Sampled at temperature 1: both backends draw sample j of a node from (its seed, j)
+    by the same rule, and the engine's logits are transformers' to float rounding, so the
+    searches take the same steps (tests/test_determinism.py promises it on tiny models)."""
+    on_engine, on_hf = on_both_backends(tmp_path, smollm2, f"method={method}")
+    records = check_records(on_engine, WIDTH)
+    assert any(len({json.dumps(t["steps"]) for t in r["trajectories"]}) > 1 for r in records)  # sampled
+    assert_same_records(on_engine, on_hf, exact=False)  # the PRM scores on its engine, then on a plain forward
