@@ -119,7 +119,7 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for key in new:
         was = old[key] if key in old else _before(key, old)
         if was is not None and was != new[key]:
-            out.append(f"{key}: {_short(was)} -> {_short(new[key])}")
+            out.append(f"{key}: {short(was)} -> {short(new[key])}")
     return out
 
 
@@ -206,6 +206,7 @@ def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(values, default=str))
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
+    """A value as a difference names it: its repr, cut to 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
