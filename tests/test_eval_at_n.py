@@ -118,6 +118,9 @@ def test_at_n_refuses_a_run_without_trajectories(tmp_path, capsys):
     empty.write_text(json.dumps({"id": "x", "ground_truth": "1", "trajectories": []}) + "\n")
     assert "nothing to draw from" in one_line_error(capsys, main(["eval", str(empty), "--at-n"]))
     assert "give a whole number >= 1" in _usage_error(capsys, ["eval", str(empty), "--at-n", "--at-n-seeds", "0"])
+    for flag, value in (("--plot", str(tmp_path / "p")), ("--at-n-seeds", "3")):
+        err = one_line_error(capsys, main(["eval", str(empty), flag, value]))
+        assert f"{flag} is an option of --at-n" in err
 
 
 def _usage_error(capsys, argv):

@@ -47,6 +47,7 @@ from ets import __version__
 from ets.config import AGGREGATIONS, VOTES, ConfigError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+AT_N_DRAWS = 5  # `ets eval --at-n`: draws of each n unless --at-n-seeds says
 
 
 def _num(value, fmt: str) -> str:
@@ -178,6 +179,11 @@ def _eval(args: argparse.Namespace) -> int:
     from ets.app.evaluate import evaluate
     from ets.app.merge import load_merged
 
+    if not args.at_n and (args.plot is not None or args.at_n_seeds is not None):
+        from ets.app.evaluate import EvalError
+
+        flag = "--plot" if args.plot is not None else "--at-n-seeds"
+        raise EvalError(f"{flag} is an option of --at-n; add --at-n (or drop {flag})")
     run = load_merged(args.files)
     if args.at_n:
         return _at_n(args, run)
@@ -201,7 +207,8 @@ def _at_n(args: argparse.Namespace, run) -> int:
     if args.float_rounding is not None and args.float_rounding < 0:
         raise EvalError(f"--float-rounding {args.float_rounding}: give a number of decimal places >= 0")
     try:
-        figures = accuracy_at_n(run.records, args.agg, args.at_n_seeds, float_rounding=args.float_rounding)
+        figures = accuracy_at_n(run.records, args.agg, args.at_n_seeds or AT_N_DRAWS,
+                                float_rounding=args.float_rounding)
     except ValueError as exc:
         raise EvalError(f"{' '.join(run.files)}: {exc}") from None
     paths = plot_paths(args.plot, run.files[0])
@@ -381,8 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at-n", action="store_true",
                    help="accuracy with n = 1, 2, 4, ... of each problem's W trajectories (and W), drawn without "
                         "replacement: the naive (best-scored), weighted and majority choices; a table and a plot")
-    p.add_argument("--at-n-seeds", type=_positive, default=5, metavar="K",
-                   help="with --at-n: draws of each n; the figures are their mean and sample sd (default 5)")
+    p.add_argument("--at-n-seeds", type=_positive, default=None, metavar="K",
+                   help=f"with --at-n: draws of each n; the figures are their mean and sample sd "
+                        f"(default {AT_N_DRAWS})")
     p.add_argument("--plot", metavar="PATH",
                    help="with --at-n: the plot's path, written as PATH.png and PATH.pdf (default beside the first "
                         "results file: <name>.at_n.png and .pdf)")
