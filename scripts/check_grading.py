@@ -2,9 +2,10 @@
 """Check extraction + grading on the real benchmarks (issue 2, item 6).
 
 For every GSM8K test item and every MATH500 item: extract the final answer from the
-reference *solution* text with `ets.answers.extract.extract_answer`, judge it against the
-ground-truth answer with `ets.answers.grading.is_equivalent`, and print the agreement per dataset
-with every miss. Target: >= 99% on each.
+reference *solution* text with `ets.answers.extract.extract_answer` (its marked rules: a
+reference solution marks its answer, and a last-number fallback would hide a miss), judge
+it against the ground-truth answer with `ets.answers.grading.is_equivalent`, and print the
+agreement per dataset with every miss. Target: >= 99% on each.
 
 A grader that says "equal" to everything would pass that, so a control follows: each
 item's ground truth against the *next* item's extracted answer. Those pairs should match
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from ets.answers.extract import extract_answer, gsm8k_ground_truth  # noqa: E402
 from ets.answers.grading import is_equivalent, normalize  # noqa: E402
+from ets.config import MARKED_ANSWER_RULES  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
 # dataset name -> (file under the data folder, solution field, ground truth of a record)
@@ -63,7 +65,7 @@ def read_items(path: Path, solution_field: str, truth_of, limit: int | None = No
             if limit is not None and index >= limit:
                 return
             record = json.loads(line)
-            yield Item(index, extract_answer(record[solution_field]), truth_of(record))
+            yield Item(index, extract_answer(record[solution_field], MARKED_ANSWER_RULES), truth_of(record))
 
 
 def check_dataset(name: str, data_dir: Path, limit: int | None = None) -> Report:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from ets.answers.extract import extract_answer, gsm8k_ground_truth, is_final_step, last_boxed
+from ets.answers.extract import Extracted, extract, extract_answer, gsm8k_ground_truth, is_final_step, last_boxed
+from ets.config import ANSWER_RULES, MARKED_ANSWER_RULES
 
 
 @pytest.mark.parametrize(
@@ -39,10 +40,57 @@ def test_extract(text, expected):
 
 @pytest.mark.parametrize(
     "text",
-    [None, "", "no marker here, just 42", "\\boxed{unclosed", "\\boxed{}", "The answer is:", "####   "],
+    [None, "", "no number here", "\\boxed{unclosed", "\\boxed{}", "The answer is:", "####   ", "and so on..."],
 )
 def test_extract_none(text):
     assert extract_answer(text) is None
+    assert extract(text) == Extracted(None, None)
+
+
+@pytest.mark.parametrize(
+    "text, answer, rule",
+    [
+        ("So $x = \\boxed{5}$; checking, 5 + 2 = 7", "5", "boxed"),
+        ("Step 3: so 2+2=4. The answer is: 4", "4", "marker"),
+        ("She makes 9 * 2 = $18.\n#### 18", "18", "hashes"),
+        ("#### 18\nThe answer is 19", "19", "marker"),                # the later marker wins
+        ("The answer is 19\n#### 18", "18", "hashes"),
+        ("The answer is 18. She has 18 apples and 3 pears.", "18", "marker"),   # a marker before a number
+        # the last number, as lm-eval-harness's GSM8K flexible-extract reads it
+        ("Therefore, Janet makes 624 dollars per day.", "624", "last_number"),
+        ("She spends $1,234.50 in all.", "1234.50", "last_number"),
+        ("The total is 70,000.", "70000", "last_number"),
+        ("So x = -5", "-5", "last_number"),
+        ("3 and 4 make 7...", "7", "last_number"),
+        ("The answer is: 12 + 3 = 15 ки", "12 + 3 = 15", "marker"),
+        ("3 + 4 = 7, so the answer is:", "7", "last_number"),           # a marker with nothing after it
+    ],
+)
+def test_extract_names_the_rule_that_found_the_answer(text, answer, rule):
+    assert extract(text) == Extracted(answer, rule)
+    assert extract_answer(text) == answer
+
+
+@pytest.mark.parametrize(
+    "text, rules, found",
+    [
+        ("no marker here, just 42", MARKED_ANSWER_RULES, (None, None)),
+        ("Therefore, Janet makes 624 dollars per day.", MARKED_ANSWER_RULES, (None, None)),
+        ("\\boxed{5}\nThe answer is 6", ["marker"], ("6", "marker")),
+        ("\\boxed{5}\nThe answer is 6", ["hashes", "last_number"], ("6", "last_number")),
+        ("The answer is 6\n#### 7", ["marker"], ("6", "marker")),
+        ("#### 1,800", ["last_number"], ("1800", "last_number")),
+        ("#### 1,800", ["boxed", "marker", "hashes"], ("1,800", "hashes")),   # as written, as before
+    ],
+)
+def test_extract_tries_only_the_rules_it_is_given(text, rules, found):
+    assert extract(text, rules) == Extracted(*found)
+    assert extract_answer(text, rules) == found[0]
+
+
+def test_every_rule_can_fire_and_the_names_are_the_configs():
+    texts = ["\\boxed{1}", "The answer is 2", "#### 3", "it is 4 now"]
+    assert tuple(extract(t).rule for t in texts) == ANSWER_RULES
 
 
 def test_last_boxed_skips_an_unclosed_last_box():

@@ -114,3 +114,30 @@ def test_compat_and_answer_markers_are_checked():
         config_from_dict({"compat": "ets"})
     with pytest.raises(ConfigError, match="answer_markers"):
         config_from_dict({"answer_markers": ["ok", ""]})
+
+
+def test_answer_extraction_is_checked_and_put_in_precedence_order():
+    from ets.config import ANSWER_RULES, MARKED_ANSWER_RULES
+
+    assert SearchConfig().answer_extraction == list(ANSWER_RULES) == ["boxed", "marker", "hashes", "last_number"]
+    # the ETS code reads no bare number: its compat mode leaves the fallback out
+    assert SearchConfig(compat="ets_code").answer_extraction == list(MARKED_ANSWER_RULES)
+    assert SearchConfig(compat="ets_code", answer_extraction=["last_number"]).answer_extraction == ["last_number"]
+    assert config_from_dict({"answer_extraction": ["last_number", "boxed", "boxed"]}).search.answer_extraction == \
+        ["boxed", "last_number"]
+    assert config_from_dict({"search": {"answer_extraction": "marker"}}).search.answer_extraction == ["marker"]
+    assert load_config(None, ["answer_extraction=[hashes,marker]"]).search.answer_extraction == ["marker", "hashes"]
+    for bad, words in ((["boxd"], "'boxd' is not allowed (did you mean 'boxed'?); choose one of: boxed, marker, "
+                                  "hashes, last_number"),
+                       ([], "must be a list of one or more of: boxed, marker, hashes, last_number"),
+                       (5, "must be a list")):
+        with pytest.raises(ConfigError, match="answer_extraction") as err:
+            config_from_dict({"answer_extraction": bad})
+        assert words in str(err.value)
+
+
+def test_the_demo_reads_answers_as_its_recorded_results_were_read():
+    from ets.app.demo import DEMO_CONFIG
+    from ets.config import MARKED_ANSWER_RULES
+
+    assert load_config(DEMO_CONFIG).search.answer_extraction == list(MARKED_ANSWER_RULES)

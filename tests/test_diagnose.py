@@ -107,3 +107,28 @@ def test_ets_diagnose_pools_a_sweeps_seed_files_into_one_column(tmp_path, capsys
     assert capsys.readouterr().out.splitlines()[0] == f"| | {single} | {other} |"
     assert main(["diagnose", str(tmp_path / "b" / "ets_w16")]) == 2
     assert "neither a results file nor a sweep's run" in capsys.readouterr().err
+
+
+def test_the_rule_that_read_each_answer_is_counted_per_run(tmp_path, capsys):
+    """A row per answer rule, its share of the run's trajectories; records written before
+    the rule was recorded count as unknown."""
+    from ets.app.cli import main
+
+    def ruled(answer, rule):
+        return {**trajectory(answer), "answer_rule": rule}
+
+    new = record("p0", "5", [ruled("5", "marker"), ruled("5", "last_number"), ruled("6", "last_number"),
+                             ruled(None, None)], correct=True)
+    assert diagnose([new, P1])["answer_rules"] == {"marker": 1, "last_number": 2, "none": 1, "unknown": 2}
+    a, b = tmp_path / "new.jsonl", tmp_path / "old.jsonl"
+    a.write_text(json.dumps(new) + "\n")
+    b.write_text(json.dumps(P1) + "\n")
+    assert main(["diagnose", str(a), str(b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if "share of trajectories" in line or "not recorded" in line]
+    assert rows == [
+        "| answer read by marker (share of trajectories) | 25.0% (1) | 0.0% (0) |",
+        "| answer read by last_number (share of trajectories) | 50.0% (2) | 0.0% (0) |",
+        "| no answer (share of trajectories) | 25.0% (1) | 0.0% (0) |",
+        "| answer rule not recorded (records of an older ets) | 0.0% (0) | 100.0% (2) |",
+    ]

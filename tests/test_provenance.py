@@ -225,3 +225,19 @@ def test_an_output_of_the_earlier_sampler_is_not_resumed(tmp_path, capsys):
     assert f"policy.sampler: {STREAMS_BEFORE!r} -> {STREAMS!r}" in msg and "--overwrite" in msg
     old_vllm = {"policy.backend": "vllm", "search.width": 4}
     assert differences(old_vllm, {"policy.backend": "vllm", "search.width": 4, "policy.sampler": "vllm's own"}) == []
+
+
+def test_an_output_read_before_the_answer_rules_existed_resumes_only_with_them(tmp_path, capsys):
+    """Outputs written before `search.answer_extraction` read answers without the last
+    number: resumed with the rules they were read with, refused with the new default."""
+    out = tmp_path / "r.jsonl"
+    assert run_cli(out, "data.limit=1", "answer_extraction=[boxed,marker,hashes]") == 0
+    record = tmp_path / "r.config.json"
+    made = json.loads(record.read_text())
+    del made["compared"]["search.answer_extraction"]          # as an older ets wrote it
+    record.write_text(json.dumps(made))
+    assert run_cli(out, "data.limit=2", "answer_extraction=[boxed,marker,hashes]") == 0
+    assert len(ids(out)) == 2
+    msg = refused(capsys, run_cli(out, "data.limit=2"))
+    assert ("search.answer_extraction: ['boxed', 'marker', 'hashes'] -> ['boxed', 'marker', 'hashes', 'last_number']"
+            in msg)

@@ -70,6 +70,21 @@ def test_an_interrupted_rescore_resumes_without_scoring_twice(runs, tmp_path):
     assert got[0] == whole[0]
 
 
+def test_the_answer_rules_may_change_too_and_give_the_live_runs_answers(runs, tmp_path):
+    """Answers are read again from the stored steps: a rescore with other answer rules
+    writes the answers (and rules) a live run with them would."""
+    marked = "answer_extraction=[boxed,marker,hashes]"
+    assert run_cli("method=best_of_n", OTHER, marked, f"output={tmp_path / 'live.jsonl'}") == 0
+    assert rescore(runs / "tag.jsonl", "--config", TINY, "--output", tmp_path / "r.jsonl", "method=best_of_n", OTHER,
+                   marked) == 0
+    source, live, got = lines(runs / "tag.jsonl"), lines(tmp_path / "live.jsonl"), lines(tmp_path / "r.jsonl")
+    read = lambda records, key: [[t[key] for t in r["trajectories"]] for r in records]
+    for key in ("answer", "answer_rule"):
+        assert read(got, key) == read(live, key)
+    assert read(got, "answer_rule") != read(source, "answer_rule")   # the source read last numbers too
+    assert [(r["answer"], r["correct"]) for r in got] == [(r["answer"], r["correct"]) for r in live]
+
+
 @pytest.mark.parametrize("args, words", [
     (["method=rebase"], "only best-of-N's samples do not depend on the reward"),
     (["method=best_of_n", "width=8"], "search.width: 4 -> 8"),

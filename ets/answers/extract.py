@@ -1,17 +1,25 @@
 """Final answers: find the answer a trajectory commits to, in the text it wrote.
 
-Three conventions are recognised, because policies are trained on one of them:
+Four rules (`search.answer_extraction` chooses which apply), because policies are trained
+on different conventions, and some end in prose:
 
-    \\boxed{...}                      MATH / Qwen-Math / search-and-learn (braces balanced)
-    The answer is: X                  Math-Shepherd / the ETS public code's policies
-    The final answer is X             Minerva ("... is $X$. I hope it is correct.")
-    #### X                            GSM8K reference solutions
+    boxed        \\boxed{...}            MATH / Qwen-Math / search-and-learn (braces balanced)
+    marker       The answer is: X       Math-Shepherd / the ETS public code's policies
+                 The final answer is X  Minerva ("... is $X$. I hope it is correct.")
+    hashes       #### X                 GSM8K reference solutions
+    last_number  ... makes 624 dollars. an instruct model's closing sentence: the last number
 
 Precedence: if any `\\boxed{}` is complete, the last one wins (a solution may box
 intermediate results; the last box is the one it ends on). Otherwise the last phrase or
-`####` marker in the text wins. No marker, or a marker with nothing after it: None.
+`####` marker in the text wins. Otherwise the last number in the text, as lm-eval-harness's
+GSM8K "flexible-extract" reads it (lm_eval/tasks/gsm8k/gsm8k.yaml: the last match of
+`(-?[$0-9.,]{2,})|(-?[0-9]+)`, compared without commas, dollar signs and a final full
+stop). Nothing found, or a marker with nothing after it (and no number): None.
 
-Extraction returns the answer *as written* (LaTeX kept); `ets.answers.grading` decides equality.
+`extract` says which rule fired (`Extracted(answer, rule)`); `extract_answer` gives the
+answer alone. Extraction returns the answer *as written* (LaTeX kept; the last number
+without its thousands commas, dollar sign and full stop); `ets.answers.grading` decides
+equality.
 
 Where a trajectory ends is a stricter question (`is_final_step`): a step that writes a
 `\\boxed{}` answer, or one of the configured answer markers (`search.answer_markers`,
@@ -24,9 +32,9 @@ own rule, for `search.compat: ets_code`.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Collection, NamedTuple, Sequence
 
-from ets.config import REFERENCE_ANSWER_PHRASES
+from ets.config import ANSWER_RULES, REFERENCE_ANSWER_PHRASES
 
 # `\boxed` and `\fbox` both appear in MATH solutions.
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*")
@@ -34,6 +42,9 @@ _BOX = re.compile(r"\\(?:boxed|fbox)\s*")
 _PHRASE = re.compile(r"(?:final\s+)?answer\s+is\s*:?", re.IGNORECASE)
 # GSM8K's "#### 18", but not a Markdown heading "#### Step 2": a number or LaTeX must follow.
 _HASHES = re.compile(r"(?<!#)####(?!#)(?=[ \t]*[-+$\\\d.(])")
+# lm-eval-harness's GSM8K "flexible-extract" pattern: a run of digits, `$`, `.` and `,`
+# (two or more), or a whole number.
+_NUMBER = re.compile(r"-?[$0-9.,]{2,}|-?[0-9]+")
 STEP_TAG = "ки"
 # A box makes a step final even if what follows is cut off (see `is_final_step`).
 _ANY_BOX = re.compile(r"\\(?:boxed|fbox)\b")
@@ -91,23 +102,61 @@ def _phrase_value(rest: str) -> str | None:
     return value or None
 
 
-def extract_answer(text: str | None) -> str | None:
-    """The final answer written in `text`, as a string, or None if there is none."""
+class Extracted(NamedTuple):
+    """A trajectory's final answer and the rule that found it (one of ANSWER_RULES);
+    both None when no rule found one."""
+
+    answer: str | None
+    rule: str | None
+
+
+NOT_FOUND = Extracted(None, None)
+
+
+def extract(text: str | None, rules: Collection[str] = ANSWER_RULES) -> Extracted:
+    """The final answer written in `text` by the first of `rules` that finds one, in
+    precedence order (the module's doc), with that rule's name."""
     if not text:
-        return None
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed
-    candidates: list[tuple[int, str]] = []
-    for m in _PHRASE.finditer(text):
-        value = _phrase_value(text[m.end():])
-        if value is not None:
-            candidates.append((m.start(), value))
-    for m in _HASHES.finditer(text):
-        value = text[m.end():].split("\n", 1)[0].replace(STEP_TAG, " ").strip()
-        if value:
-            candidates.append((m.start(), value))
-    return max(candidates)[1] if candidates else None
+        return NOT_FOUND
+    if "boxed" in rules:
+        boxed = last_boxed(text)
+        if boxed is not None:
+            return Extracted(boxed, "boxed")
+    candidates: list[tuple[int, str, str]] = []
+    if "marker" in rules:
+        for m in _PHRASE.finditer(text):
+            value = _phrase_value(text[m.end():])
+            if value is not None:
+                candidates.append((m.start(), value, "marker"))
+    if "hashes" in rules:
+        for m in _HASHES.finditer(text):
+            value = text[m.end():].split("\n", 1)[0].replace(STEP_TAG, " ").strip()
+            if value:
+                candidates.append((m.start(), value, "hashes"))
+    if candidates:
+        _, value, rule = max(candidates, key=lambda c: c[0])
+        return Extracted(value, rule)
+    if "last_number" in rules:
+        number = last_number(text)
+        if number is not None:
+            return Extracted(number, "last_number")
+    return NOT_FOUND
+
+
+def extract_answer(text: str | None, rules: Collection[str] = ANSWER_RULES) -> str | None:
+    """The final answer written in `text`, as a string, or None if there is none."""
+    return extract(text, rules).answer
+
+
+def last_number(text: str) -> str | None:
+    """The last number in `text`, as lm-eval-harness's GSM8K "flexible-extract" finds it,
+    without what its metric ignores: thousands commas, a dollar sign and a final full stop
+    ("$1,234." -> "1234"). A match with no digit (an ellipsis "...") is not a number."""
+    for m in reversed(list(_NUMBER.finditer(text))):
+        value = m.group(0).replace(",", "").replace("$", "").rstrip(".")
+        if any(ch.isdigit() for ch in value):
+            return value
+    return None
 
 
 def starts_sentence(text: str, marker: str) -> bool:

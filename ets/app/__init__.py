@@ -6,6 +6,9 @@
     demo.py         `ets demo`: a one-width sweep on the embedded demo models and task
     samples.py      whole solutions sampled on the engine (demo training data, quality bars)
     evaluate.py     `ets eval`: accuracy of a results file under an aggregation and vote
+    merge.py        `ets eval a.jsonl b.jsonl`: the slices of one run as one (overlaps, configs checked)
+    at_n.py         `ets eval --at-n`: accuracy with n of each problem's trajectories, three choices
+    at_n_plot.py    its plot (PNG and PDF)
     report.py       Markdown / CSV tables and the plots
     jsonl.py        the resumable results file (append, flush, torn-line recovery)
     output.py       opening an output: path checks, resume or refuse, --overwrite, atomic writes

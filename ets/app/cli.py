@@ -5,6 +5,8 @@
     ets run --config FILE [key=value ...]           search a dataset, one JSON line per problem
     ets run --config FILE --check [key=value ...]   validate; print the resolved settings, run nothing
     ets eval FILE --agg last --vote weighted        accuracy of a results file
+    ets eval FILE [FILE ...] --at-n [--plot PATH]   accuracy at n = 1, 2, 4 ... trajectories per
+                                                    problem (several files: slices of one run)
     ets rescore --from FILE --config FILE --output PATH [key=value ...]
                                                     a best-of-N run's samples scored by another reward
     ets sweep --config FILE --methods a,b --widths 16,64 [--seeds 0,1,2] [key=value ...]
@@ -45,6 +47,7 @@ from ets import __version__
 from ets.config import AGGREGATIONS, VOTES, ConfigError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+AT_N_DRAWS = 5  # `ets eval --at-n`: draws of each n unless --at-n-seeds says
 
 
 def _num(value, fmt: str) -> str:
@@ -181,13 +184,52 @@ def _presets(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from ets.app.evaluate import evaluate, load_results
+    from ets.app.evaluate import evaluate
+    from ets.app.merge import load_merged
 
-    result = evaluate(load_results(args.file), args.agg, args.vote, float_rounding=args.float_rounding)
+    if not args.at_n and (args.plot is not None or args.at_n_seeds is not None):
+        from ets.app.evaluate import EvalError
+
+        flag = "--plot" if args.plot is not None else "--at-n-seeds"
+        raise EvalError(f"{flag} is an option of --at-n; add --at-n (or drop {flag})")
+    run = load_merged(args.files)
+    if args.at_n:
+        return _at_n(args, run)
+    result = evaluate(run.records, args.agg, args.vote, float_rounding=args.float_rounding)
+    files = f", {len(run.files)} files" if len(run.files) > 1 else ""
+    if len(run.files) > 1:
+        result["files"] = run.files
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"accuracy {result['accuracy']:.4f} ({result['correct']}/{result['problems']}) agg={args.agg} vote={args.vote}")
+        print(f"accuracy {result['accuracy']:.4f} ({result['correct']}/{result['problems']}) agg={args.agg} "
+              f"vote={args.vote}{files}")
+    return 0
+
+
+def _at_n(args: argparse.Namespace, run) -> int:
+    from ets.app.at_n import accuracy_at_n, at_n_table
+    from ets.app.at_n_plot import at_n_title, plot_at_n, plot_paths
+    from ets.app.evaluate import EvalError
+
+    if args.float_rounding is not None and args.float_rounding < 0:
+        raise EvalError(f"--float-rounding {args.float_rounding}: give a number of decimal places >= 0")
+    try:
+        figures = accuracy_at_n(run.records, args.agg, args.at_n_seeds or AT_N_DRAWS,
+                                float_rounding=args.float_rounding)
+    except ValueError as exc:
+        raise EvalError(f"{' '.join(run.files)}: {exc}") from None
+    paths = plot_paths(args.plot, run.files[0])
+    plot_at_n(figures, paths, at_n_title(figures, run.made, run.records, len(run.files)))
+    if len(run.files) > 1:
+        figures["files"] = run.files
+    figures["plot"] = [str(p) for p in paths]
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for line in at_n_table(figures):
+            print(line)
+        print(f"\nplot: {paths[0]} and {paths[1].name}")
     return 0
 
 
@@ -342,11 +384,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides")
     p.set_defaults(func=_sweep)
 
-    p = sub.add_parser("eval", parents=[common], help="accuracy of a results file (ours or the ETS code's answers.json)")
-    p.add_argument("file")
+    p = sub.add_parser("eval", parents=[common], help="accuracy of a results file (ours or the ETS code's answers.json), "
+                                                      "or of the slices of one run in several files")
+    p.add_argument("files", nargs="+", metavar="file",
+                   help="results file; several: the slices of one dataset searched apart (e.g. a Slurm array), "
+                        "merged (a problem in two files, or twice in one, and files of different configs are refused)")
     p.add_argument("--agg", default="last", choices=AGGREGATIONS, help="step-score aggregation")
-    p.add_argument("--vote", default="weighted", choices=VOTES, help="how the answer is chosen")
+    p.add_argument("--vote", default="weighted", choices=VOTES, help="how the answer is chosen (not with --at-n, "
+                                                                     "which shows all three)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--at-n", action="store_true",
+                   help="accuracy with n = 1, 2, 4, ... of each problem's W trajectories (and W), drawn without "
+                        "replacement: the naive (best-scored), weighted and majority choices; a table and a plot")
+    p.add_argument("--at-n-seeds", type=_positive, default=None, metavar="K",
+                   help=f"with --at-n: draws of each n; the figures are their mean and sample sd "
+                        f"(default {AT_N_DRAWS})")
+    p.add_argument("--plot", metavar="PATH",
+                   help="with --at-n: the plot's path, written as PATH.png and PATH.pdf (default beside the first "
+                        "results file: <name>.at_n.png and .pdf)")
     p.add_argument("--float-rounding", type=int, default=None, metavar="N",
                    help="let a decimal match an exact value when both agree to N decimal places "
                         "(default: decimals are exact, so 4.666667 is not 14/3)")

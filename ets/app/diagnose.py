@@ -11,6 +11,11 @@ Shares are of a problem's trajectories, counted, and weighted by their scores as
 weighted vote weighs them (a share of the answered trajectories' total score); a
 trajectory without an answer (cut at the depth or token cap) holds no answer's share.
 
+Which rule read the answers (`answer_rule` of each trajectory: boxed, marker, hashes,
+last_number; none where no rule found one) is counted over the run's trajectories: a
+policy that ends in prose shows most of its answers read by `last_number`. Records written
+before the field existed count as unknown.
+
 What the vote needs of the scores is that, within a problem, right trajectories outscore
 wrong ones: the ROC AUC of the run's aggregated scores, right against wrong answered
 trajectories, per problem that has both, says how often they do (0.5: a coin). A PRM's
@@ -19,17 +24,22 @@ step-level AUC pooled over problems and depths can be high while this is low.
 
 from __future__ import annotations
 
+from collections import Counter
 from statistics import mean
 from typing import Any, Mapping, Sequence
 
 from ets.answers.aggregate import aggregate, group_answers
 from ets.answers.grading import is_equivalent
+from ets.config import ANSWER_RULES
 from ets.demo.metrics import mean_auc_within
 
 PREFIX_STEPS = 3
+# What `answer_rules` counts besides the rules: trajectories no rule read an answer from,
+# and those of records written before the rule was recorded.
+NO_ANSWER, UNKNOWN = "none", "unknown"
 
 
-def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_STEPS) -> dict[str, float]:
+def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_STEPS) -> dict[str, Any]:
     """The figures of one run (records as `ets run` writes them), each over its problems.
     Answers are grouped by equivalence, as the vote groups them; a group's weight is the
     sum of its trajectories' scores under the run's own aggregation (the weighted vote's)."""
@@ -37,6 +47,7 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
     shares: dict[str, list[float]] = {k: [] for k in ("right", "top_wrong", "right_weight", "top_wrong_weight")}
     answers, prefixes, cut, steps = [], [], [], []
     separation = []  # per problem: its answered trajectories' (right?, score)
+    rules: Counter[str] = Counter()  # trajectories by the rule that read their answer
     for r in records:
         trajs = r["trajectories"]
         scores = [aggregate(t["step_scores"], r.get("aggregation", "last")) for t in trajs]
@@ -64,6 +75,7 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
         prefixes.append(len({tuple(t["steps"][:prefix_steps]) for t in trajs}))
         cut.append(sum(t["finish"] == "max_depth" for t in trajs))
         steps.extend(len(t["steps"]) for t in trajs)
+        rules.update((t["answer_rule"] or NO_ANSWER) if "answer_rule" in t else UNKNOWN for t in trajs)
     problems = len(records)
     score_auc, problems_right_and_wrong = mean_auc_within(separation)
     return {
@@ -81,6 +93,7 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
         "cut_at_depth": mean(cut),
         "steps": mean(steps) if steps else 0.0,
         "trajectories": mean(len(r["trajectories"]) for r in records),
+        "answer_rules": {rule: rules[rule] for rule in (*ANSWER_RULES, NO_ANSWER, UNKNOWN) if rules[rule]},
     }
 
 
@@ -109,4 +122,24 @@ def diagnose_table(runs: Sequence[tuple[str, Mapping[str, float]]]) -> list[str]
         row(f"distinct {k}-step prefixes per problem", lambda d: f"{d['distinct_prefixes']:.1f} of {d['trajectories']:.0f}"),
         row("trajectories cut at the depth cap per problem", lambda d: f"{d['cut_at_depth']:.1f}"),
         row("steps per trajectory (mean)", lambda d: f"{d['steps']:.1f}"),
+        *(row(_RULE_LABELS.get(rule, f"answer read by {rule} (share of trajectories)"),
+              lambda d, rule=rule: _rule_share(d, rule))
+          for rule in _rules_seen(runs)),
     ]
+
+
+_RULE_LABELS = {NO_ANSWER: "no answer (share of trajectories)",
+                UNKNOWN: "answer rule not recorded (records of an older ets)"}
+
+
+def _rules_seen(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """The answer rules any run counted, in the order of ANSWER_RULES, then none, unknown."""
+    seen = {rule for _, d in runs for rule in d.get("answer_rules", {})}
+    return [rule for rule in (*ANSWER_RULES, NO_ANSWER, UNKNOWN) if rule in seen]
+
+
+def _rule_share(d: Mapping[str, Any], rule: str) -> str:
+    """A rule's share of the run's trajectories, and their number."""
+    counts = d.get("answer_rules", {})
+    count = counts.get(rule, 0)
+    return f"{count / sum(counts.values()):.1%} ({count})" if counts else "n/a"

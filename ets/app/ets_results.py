@@ -10,10 +10,12 @@ into records shaped like `ets run`'s (ets/loop/record.py), so `ets eval` scores 
 with this project's extraction, aggregation, vote and grader:
 
     {"id", "question", "ground_truth", "total_tokens",
-     "trajectories": [{"text", "answer", "step_scores"}, ...]}
+     "trajectories": [{"text", "answer", "answer_rule", "step_scores"}, ...]}
 
 The stored `text` is the whole state, prompt included; and the Llama prompt itself
-contains "\\boxed{answer}". So answers are extracted from what follows the question only.
+contains "\\boxed{answer}". So answers are extracted from what follows the question only,
+by the rules `search.compat: ets_code` reads answers with (a `\\boxed{}`, an answer phrase,
+`####`; never a bare last number, which that code's evaluation does not take either).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ets.answers.extract import extract_answer
+from ets.answers.extract import extract
+from ets.config import MARKED_ANSWER_RULES
 from ets.data import DataError
 
 
@@ -50,9 +53,11 @@ def _convert(record: Any, where: str) -> dict[str, Any]:
         if not isinstance(scores, list) or not all(isinstance(s, (int, float)) for s in scores):
             raise DataError(f"{where}: model_answer[{k}].step_scores must be a list of numbers")
         text = str(traj["text"])
+        found = extract(_generated_part(text, question), MARKED_ANSWER_RULES)
         trajectories.append({
             "text": text,
-            "answer": extract_answer(_generated_part(text, question)),
+            "answer": found.answer,
+            "answer_rule": found.rule,
             "step_scores": [float(s) for s in scores],
         })
     return {

@@ -10,8 +10,9 @@ compared   every key that changes a problem's result, flattened (`search.width`,
            (method, width, sampling, seed, aggregation, vote, ETS weights, embedder ...),
            the policy (model, backend, dtype, templates, step delimiter; the device as its
            type only, `cuda:1` -> `cuda`; the rule that draws its tokens, `policy.sampler`,
-           which an output of an older ets is taken to have used the old rule for), the
-           reward (name, model, options). A key added to
+           which an output of an older ets is taken to have used the old rule for; and
+           `search.answer_extraction`, which it is taken to have read answers without the
+           last number with), the reward (name, model, options). A key added to
            a config class later is compared by default: a false refusal costs a flag, a
            silent mix costs a paper.
 recorded   kept for the reader, never compared: the output path, `concurrency`,
@@ -45,7 +46,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from ets.config import RunConfig
+from ets.config import MARKED_ANSWER_RULES, RunConfig
 from ets.data import Problem
 
 FORMAT = 1
@@ -107,18 +108,20 @@ def _before(key: str, old: dict[str, Any]) -> Any:
         return _sampler(old.get("policy.backend"), STREAMS_BEFORE)
     if key == "policy.chat_template":  # before chat templates, every prompt was raw text
         return False
+    if key == "search.answer_extraction":  # before the key, answers were read without the last number
+        return list(MARKED_ANSWER_RULES)
     return None
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """`key: old -> new` for each compared key whose value changed. A key that only one
     side has (written by an older or newer ets) is not compared, unless what the older ets
-    did is known (`_before`: the sampler, raw-text prompts)."""
+    did is known (`_before`: the sampler, raw-text prompts, the answer rules)."""
     out = []
     for key in new:
         was = old[key] if key in old else _before(key, old)
         if was is not None and was != new[key]:
-            out.append(f"{key}: {_short(was)} -> {_short(new[key])}")
+            out.append(f"{key}: {short(was)} -> {short(new[key])}")
     return out
 
 
@@ -205,6 +208,7 @@ def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(values, default=str))
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
+    """A value as a difference names it: its repr, cut to 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -117,9 +117,14 @@ def plot_title(config, rows: Sequence[dict[str, Any]], prefix: str = "ets sweep"
         seed_text += ", mean and error bars of ± 1 sd over seeds"
     elif _intervals_known(rows):
         seed_text += "; accuracy's error bars: 95% interval over the problems (bootstrap)"
-    reward = config.reward
-    prm = f"{reward.name} ({model_label(reward.model)})" if reward.model else f"{reward.name} (the policy's model)"
-    return f"{prefix}: {problems} problems, {seed_text}\npolicy {model_label(config.policy.model)}, PRM {prm}"
+    return f"{prefix}: {problems} problems, {seed_text}\n" + models_line(config.policy.model, config.reward.name,
+                                                                       config.reward.model)
+
+
+def models_line(policy_model: str | None, reward_name: str | None, reward_model: str | None) -> str:
+    """`policy <model>, PRM <name> (<model>)`: the models a title names."""
+    prm = f"{reward_name} ({model_label(reward_model)})" if reward_model else f"{reward_name} (the policy's model)"
+    return f"policy {model_label(policy_model)}, PRM {prm}"
 
 
 def _spread(rows: Sequence[dict[str, Any]], key: str, scale: float = 1.0):

@@ -9,8 +9,10 @@ PRM alone (a W=64 best-of-N search of the demo task is ~95% sampling). The same 
 of beam, DVTS, REBASE or ETS, whose scores decide which nodes grow: they are refused.
 
 The config must be the source run's in every compared key (ets/app/provenance.py) but the
-reward's (name, model, options) and the vote (`aggregation`, `vote`); anything else would
-have drawn other samples, and is refused naming the keys. The output is a run's output like
+reward's (name, model, options), the vote (`aggregation`, `vote`) and the rules that read
+each trajectory's answer (`answer_extraction`: the answers are read again from the stored
+steps, as the search loop reads them); anything else would have drawn other samples, and
+is refused naming the keys. The output is a run's output like
 any other: resumable, its `config.json` that of the new config (so `ets run` and `ets sweep`
 with that config resume it as done), with the source under `recorded.rescored_from`. Each
 record says where it came from (`rescored_from`: a file may mix searched and rescored
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ets.answers.aggregate import choose_answer
+from ets.answers.extract import NOT_FOUND, extract
 from ets.answers.grading import is_equivalent
 from ets.app.jsonl import read_records
 from ets.app.output import OutputError, config_path, open_output, read_json
@@ -32,9 +35,11 @@ from ets.app.provenance import describe, differences
 from ets.app.run import finish_summary, summarize
 from ets.config import ConfigError, RunConfig
 from ets.data import Problem
+from ets.loop.rules import finished_votes
 
-# Keys a rescore may change: they decide the scores and the vote, never the samples.
-RESCORABLE = ("reward.", "search.aggregation", "search.vote")
+# Keys a rescore may change: they decide the scores, the answers read and the vote, never
+# the samples.
+RESCORABLE = ("reward.", "search.aggregation", "search.vote", "search.answer_extraction")
 # Problems per reward call: small enough that an interruption loses little, large enough
 # that the PRM's batches stay full (64 trajectories of a W=64 problem are one batch alone).
 PROBLEMS_PER_CALL = 8
@@ -80,9 +85,9 @@ def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True
 
 
 def rescored(records: Sequence[dict[str, Any]], reward, config: RunConfig) -> list[dict[str, Any]]:
-    """`records` with every trajectory's step scores from `reward` (one call), and the
-    answer chosen again by `config`'s aggregation and vote, as the search loop chooses it
-    (ets/loop/controller.py `_record`)."""
+    """`records` with every trajectory's step scores from `reward` (one call), its answer
+    read again by `config`'s answer rules, and the answer chosen again by its aggregation
+    and vote, as the search loop reads and chooses them (ets/loop/controller.py `_record`)."""
     from rewards.base import validate_scores
 
     search = config.search
@@ -92,7 +97,10 @@ def rescored(records: Sequence[dict[str, Any]], reward, config: RunConfig) -> li
     scores = validate_scores(score_fn(questions, steps), steps, config.reward.name)
     out = []
     for record, per_problem in zip(records, scores):
-        trajectories = [{**t, "step_scores": s} for t, s in zip(record["trajectories"], per_problem)]
+        found = [extract("".join(t["steps"]), search.answer_extraction)
+                 if finished_votes(t["finish"], search) else NOT_FOUND for t in record["trajectories"]]
+        trajectories = [{**t, "step_scores": s, "answer": f.answer, "answer_rule": f.rule}
+                        for t, s, f in zip(record["trajectories"], per_problem, found)]
         answers = [t["answer"] for t in trajectories]
         chosen = choose_answer(answers, per_problem, search.aggregation, search.vote)
         truth = record["ground_truth"]

@@ -35,6 +35,15 @@ REFERENCE_ANSWER_PHRASES = ("The answer is", "The final answer is:", "Therefore,
 # Mistral tokenizer's output (input_ids, attention_mask), not its tokens.
 REFERENCE_PROMPT_TOKENS = 2
 VOTES = ("best", "majority", "weighted")
+# search.answer_extraction: the rules that read a trajectory's final answer from its text
+# (ets/answers/extract.py), in precedence order: a `\boxed{}`; an answer phrase ("The
+# answer is") or GSM8K's `####`, the later in the text winning; the last number written
+# (lm-eval-harness's GSM8K "flexible-extract"), for policies that end in prose.
+ANSWER_RULES = ("boxed", "marker", "hashes", "last_number")
+# The rules without the last number: what `compat: ets_code` reads (the ETS code takes its
+# answer after its answer phrase, never a bare number), and what every output written
+# before the key existed was read with.
+MARKED_ANSWER_RULES = ("boxed", "marker", "hashes")
 COSTS = ("uniform", "tokens")
 # ETS: how the width is spent after the solve (search/ets.py): REBASE again over the kept
 # leaves (the paper's), or each kept leaf keeps its REBASE count and only the pruned
@@ -80,6 +89,9 @@ class SearchConfig:
     # trajectory, as do EOS and a \boxed{} answer. Default: the ETS code's phrases.
     answer_markers: list[str] = field(default_factory=lambda: list(REFERENCE_ANSWER_PHRASES))
     compat: str = PROJECT             # project | ets_code: the ETS public code's selection and accounting
+    # How a trajectory's final answer is read (ANSWER_RULES, any order: precedence is fixed).
+    # Default: all four; under compat: ets_code, all but last_number (MARKED_ANSWER_RULES).
+    answer_extraction: list[str] | None = None
 
     def __post_init__(self) -> None:
         self.method = METHOD_ALIASES.get(self.method, self.method)
@@ -123,11 +135,27 @@ class SearchConfig:
             raise ConfigError(f"answer_markers: {self.answer_markers!r} must be a list of non-empty strings, "
                               f"e.g. {list(REFERENCE_ANSWER_PHRASES)!r} (the default), or [] for EOS and \\boxed{{}} only")
         self.answer_markers = list(self.answer_markers)
+        self.answer_extraction = _answer_rules(self.answer_extraction, self.compat)
 
     @property
     def ets_code(self) -> bool:
         """Whether the ETS public code's rules apply (`compat: ets_code`)."""
         return self.compat == ETS_CODE
+
+
+def _answer_rules(rules: Any, compat: str) -> list[str]:
+    """`search.answer_extraction` checked, in precedence order, each rule once; None is the
+    default of `compat`."""
+    if rules is None:
+        return list(MARKED_ANSWER_RULES if compat == ETS_CODE else ANSWER_RULES)
+    if isinstance(rules, str):
+        rules = [rules]
+    if not isinstance(rules, (list, tuple)) or not rules:
+        raise ConfigError(f"answer_extraction: {rules!r} must be a list of one or more of: {', '.join(ANSWER_RULES)} "
+                          f"(default: all of them)")
+    for rule in rules:
+        choice("answer_extraction", rule, ANSWER_RULES)
+    return [rule for rule in ANSWER_RULES if rule in rules]
 
 
 POLICY_BACKENDS = ("engine", "hf", "vllm")

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
 from ets.answers.aggregate import choose_answer
-from ets.answers.extract import extract_answer
+from ets.answers.extract import NOT_FOUND, extract
 from ets.answers.grading import is_equivalent
 from ets.config import ConfigError, SearchConfig
 from ets.data import DataError, Problem
@@ -382,7 +382,9 @@ class SearchLoop:
 
     def _record(self, a: _Active) -> dict[str, Any]:
         config = self.config
-        answers = [extract_answer("".join(n.step_texts())) if rules.votes(n, config) else None for n in a.completed]
+        found = [extract("".join(n.step_texts()), config.answer_extraction) if rules.votes(n, config) else NOT_FOUND
+                 for n in a.completed]
+        answers = [f.answer for f in found]
         chosen = choose_answer(answers, [n.step_scores() for n in a.completed], config.aggregation, config.vote)
         correct = chosen is not None and a.problem.answer is not None and is_equivalent(chosen, a.problem.answer)
         return result_record(
@@ -390,6 +392,7 @@ class SearchLoop:
             tree=a.tree,
             completed=a.completed,
             answers=answers,
+            answer_rules=[f.rule for f in found],
             chosen=chosen,
             correct=correct,
             kv_size_steps=a.kv_size_steps,

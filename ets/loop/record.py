@@ -5,7 +5,9 @@ Fields (documented for users in the README, "Output format"):
   method, width, aggregation, vote  how it was searched and how the answer was chosen
   answer, correct                   the chosen answer and whether it is equivalent to the truth
   trajectories                      every completed trajectory: steps, step_scores, answer,
-                                    tokens, finish: why it ended, one of
+                                    answer_rule: the rule that read the answer (boxed,
+                                    marker, hashes, last_number; null: none did, or the
+                                    trajectory does not vote), tokens, finish: why it ended, one of
                                       answer      its last step gives a final answer
                                       eos         the policy ended it (EOS)
                                       context     its path filled the model's context
@@ -54,6 +56,7 @@ def result_record(
     tree: SearchTree,
     completed: list[Node],
     answers: list[str | None],
+    answer_rules: list[str | None],
     chosen: str | None,
     correct: bool,
     kv_size_steps: list[int],
@@ -78,10 +81,11 @@ def result_record(
                 "steps": node.step_texts(),
                 "step_scores": node.step_scores(),
                 "answer": answer,
+                "answer_rule": rule,
                 "tokens": node.cum_tokens,
                 "finish": _finish_reason(node, config),
             }
-            for node, answer in zip(completed, answers)
+            for node, answer, rule in zip(completed, answers, answer_rules)
         ],
         "generated_tokens": sum(n.num_tokens for n in tree.nodes[1:]),
         "prompt_tokens": tree.root.num_tokens,

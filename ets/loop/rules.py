@@ -61,6 +61,12 @@ def votes(node: Node, config: SearchConfig) -> bool:
     return node.terminal or not config.ets_code
 
 
+def finished_votes(finish: str, config: SearchConfig) -> bool:
+    """`votes` for a trajectory of a result record, by its `finish` (ets/loop/record.py):
+    those that end in an answer or EOS are the terminal ones."""
+    return finish in ("answer", "eos") or not config.ets_code
+
+
 def kv_size_ref(candidates: list[Node]) -> int:
     """The ETS code's KV figure for one selection over `candidates`."""
     return kv_size(candidates, prompt_tokens=REFERENCE_PROMPT_TOKENS)
