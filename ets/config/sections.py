@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from ets.config.checks import ConfigError, choice, did_you_mean, integer, positive
@@ -267,6 +268,10 @@ class DataConfig:
     answer_field: str | None = None
     hf_name: str | None = None        # a `datasets` name, for machines with a hub
     hf_split: str = "test"
+    # A slice [start, end) of the problems in file order, before `limit`: the part of a
+    # dataset one job of an array searches (None: from the first, to the last).
+    start: int | None = None
+    end: int | None = None
     limit: int | None = None          # first N problems
 
     def __post_init__(self) -> None:
@@ -275,6 +280,29 @@ class DataConfig:
             raise ConfigError("data.format=fields needs data.question_field and data.answer_field")
         if self.limit is not None:
             integer("data.limit", self.limit, 1)
+        if self.start is not None:
+            integer("data.start", self.start, 0)
+        if self.end is not None:
+            integer("data.end", self.end, 1)
+            if self.end <= (self.start or 0):
+                raise ConfigError(f"data.end: {self.end} must be above data.start ({self.start or 0}): "
+                                  f"the slice [start, end) holds the problems start..end-1")
+
+    @property
+    def sliced(self) -> bool:
+        return self.start is not None or self.end is not None
+
+    def slice_label(self) -> str:
+        """`<start>-<end>` of a slice (`end` for a slice to the last problem), for file names."""
+        return f"{self.start or 0}-{'end' if self.end is None else self.end}"
+
+
+def sliced_output(output: str, label: str) -> str:
+    """`runs/r.jsonl` -> `runs/r.<label>.jsonl`; a name that carries the label already is kept."""
+    path = Path(output)
+    if path.stem.endswith(f".{label}"):
+        return output
+    return str(path.with_name(f"{path.stem}.{label}{path.suffix}"))
 
 
 @dataclass
@@ -297,6 +325,10 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         integer("concurrency", self.concurrency, 1)
+        if self.data.sliced:
+            # Each slice of a dataset writes its own file: the jobs of an array given one
+            # output run side by side (`ets eval` reads the files together).
+            self.output = sliced_output(self.output, self.data.slice_label())
         if self.num_threads is not None:
             integer("num_threads", self.num_threads, 1)
         if self.torch_threads is not None:
