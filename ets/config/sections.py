@@ -42,6 +42,14 @@ COSTS = ("uniform", "tokens")
 # leaves' children are handed out again (a study of what the renormalisation costs)
 FINAL_PASSES = ("renormalise", "keep_counts")
 
+# search-and-learn's beam-search options and the methods that read them (a set value on
+# another method is an error: it would change nothing there).
+SEARCH_AND_LEARN_KEYS = {
+    "lookahead": ("beam", "dvts"),
+    "filter_duplicates": ("beam",),
+    "sort_completed": ("beam",),
+}
+
 # Keys of the ETS public code's hyperparameter files -> our field names.
 ETS_KEY_ALIASES = {
     "select_method": "method",
@@ -81,6 +89,10 @@ class SearchConfig:
     # trajectory, as do EOS and a \boxed{} answer. Default: the ETS code's phrases.
     answer_markers: list[str] = field(default_factory=lambda: list(REFERENCE_ANSWER_PHRASES))
     compat: str = PROJECT             # project | ets_code: the ETS public code's selection and accounting
+    # search-and-learn's beam search (docs/search_and_learn.md):
+    lookahead: int = 0                # beam, dvts: each candidate is scored after this many more greedy steps
+    filter_duplicates: bool = False   # beam: a candidate whose trajectory text an earlier one has is not kept
+    sort_completed: bool = False      # beam: past W completed, the W best (by aggregation) vote, not all
 
     def __post_init__(self) -> None:
         self.method = METHOD_ALIASES.get(self.method, self.method)
@@ -117,6 +129,14 @@ class SearchConfig:
         choice("aggregation", self.aggregation, AGGREGATIONS)
         choice("vote", self.vote, VOTES)
         choice("compat", self.compat, COMPAT_MODES)
+        integer("lookahead", self.lookahead, 0)
+        for key in ("filter_duplicates", "sort_completed"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"{key}: {getattr(self, key)!r} must be true or false")
+        for key, readers in SEARCH_AND_LEARN_KEYS.items():
+            if getattr(self, key) and self.method not in readers:
+                raise ConfigError(f"{key}: {getattr(self, key)!r} is read by {' and '.join(readers)} only, not by "
+                                  f"method {self.method!r}; remove it or use method={readers[0]}")
         if isinstance(self.answer_markers, str):
             self.answer_markers = [self.answer_markers]
         if not isinstance(self.answer_markers, (list, tuple)) or not all(
