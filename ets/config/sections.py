@@ -342,9 +342,15 @@ class RunConfig:
     num_threads: int | None = None    # accepted, no effect here (the ETS code's SGLang client threads)
     policy_model_type: str | None = None   # a PRESETS row applied to the policy section
     reward_model_type: str | None = None   # a PRESETS row applied to the reward section
+    # Recipe keys accepted that do nothing here (search-and-learn's push_to_hub, ...), as
+    # given; `ets run` logs a line for each (ets/config/sal_recipes.py says why).
+    no_effect: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         integer("concurrency", self.concurrency, 1)
+        if not isinstance(self.no_effect, Mapping) or not all(isinstance(k, str) for k in self.no_effect):
+            raise ConfigError(f"no_effect: {self.no_effect!r} must be a mapping of key names to values")
+        self.no_effect = dict(self.no_effect)
         if self.data.sliced:
             # Each slice of a dataset writes its own file: the jobs of an array given one
             # output run side by side (`ets eval` reads the files together).
