@@ -111,9 +111,9 @@ def test_check_names_each_key_with_no_effect(tmp_path, capsys):
     assert notes == [
         "# search_batch_size: 25 has no effect here (it set the problems of one search-and-learn batch; "
         "`concurrency` sets the problems searched at once)",
-        "# sort_completed: True has no effect here (search-and-learn reads it in beam_search only; "
+        "# sort_completed: true has no effect here (search-and-learn reads it in beam_search only; "
         "method is best_of_n)",
-        "# filter_duplicates: True has no effect here (search-and-learn reads it in beam_search only; "
+        "# filter_duplicates: true has no effect here (search-and-learn reads it in beam_search only; "
         "method is best_of_n)",
     ]
     assert "# data: 4 problems" in text and not out.exists()
@@ -146,6 +146,8 @@ def test_beam_width_is_the_children_of_each_kept_beam():
     with pytest.raises(ConfigError, match="beam_width: 8 is more than n"):
         config_from_dict(sal(n=4, beam_width=8))
     assert config_from_dict({"approach": "best_of_n", "beam_width": 2}).no_effect == {"beam_width": 2}
+    # n as resolved: an ets width given over it
+    assert config_from_dict(sal(n=4), ["width=16"]).search.fixed_width == 4
 
 
 def test_data_output_and_template_keys():
@@ -235,6 +237,12 @@ def test_bad_recipe_keys_are_named(raw, words):
         config_from_dict(raw)
     for w in words:
         assert w in str(err.value)
+
+
+def test_keys_both_have_leave_an_ets_config_in_its_layout():
+    c = config_from_dict({"method": "beam", "lookahead": 1, "temperature": 0.5, "max_tokens": 64})
+    assert (c.search.lookahead, c.search.temperature, c.search.max_tokens) == (1, 0.5, 64)
+    assert (c.policy.model, c.data.hf_name, c.no_effect) == ("tiny:llama", None, {})  # no search-and-learn defaults
 
 
 def test_a_search_and_learn_key_in_an_ets_config_says_where_it_belongs():

@@ -20,7 +20,7 @@ import yaml
 from ets.config import sal_recipes
 from ets.config.checks import ConfigError, did_you_mean
 from ets.config.presets import apply_presets
-from ets.config.sections import (ETS_KEY_ALIASES, DataConfig, PolicyConfig, RewardConfig, RunConfig,
+from ets.config.sections import (ETS_KEY_ALIASES, FOLDER_RESULTS_FILE, DataConfig, PolicyConfig, RewardConfig, RunConfig,
                                  SearchConfig)
 
 class _YAMLLoader(yaml.SafeLoader):
@@ -40,10 +40,10 @@ def read_yaml(text: str) -> Any:
 
 
 SECTIONS = {"search": SearchConfig, "policy": PolicyConfig, "reward": RewardConfig, "data": DataConfig}
-TOP_LEVEL = ("output", "concurrency", "save_trees", "torch_threads", "num_threads", "policy_model_type", "reward_model_type",
-             "no_effect")
+TOP_LEVEL = ("output", "concurrency", "save_trees", "torch_threads", "num_threads", "policy_model_type",
+             "reward_model_type", "no_effect")
 # The output file a recipe's `store_path` (a folder) gets.
-STORE_PATH_FILE = "results.jsonl"
+STORE_PATH_FILE = FOLDER_RESULTS_FILE
 
 
 def _build(cls, values: Mapping[str, Any], section: str | None):

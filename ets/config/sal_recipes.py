@@ -23,24 +23,23 @@ docs/search_and_learn.md is the user's table of the same mapping.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ets.config.checks import ConfigError, did_you_mean
 from ets.config.presets import LLAMA_SYSTEM_PROMPT
-from ets.config.sections import METHOD_ALIASES
+from ets.config.sections import FOLDER_RESULTS_FILE, METHOD_ALIASES, SearchConfig
 
 # search-and-learn's approaches -> our methods
 APPROACHES = {"best_of_n": "best_of_n", "beam_search": "beam", "dvts": "dvts"}
 OTHER = "*"  # in a per-method target: any method but the named ones (an ets `method` key may name rebase or ets)
 # What search-and-learn's DVTS gives each step, whatever `max_tokens` says (its SamplingParams).
 DVTS_STEP_TOKENS = 2048
-# The file the output folder (`output_dir`) gets, as for the ETS recipes' store_path.
-OUTPUT_FILE = "results.jsonl"
 # search-and-learn's default system prompt: the ETS code's Llama one less its date lines,
 # which search-and-learn's Llama 3 chat template writes itself.
-SAL_SYSTEM_PROMPT = LLAMA_SYSTEM_PROMPT.removeprefix("Cutting Knowledge Date: December 2023\nToday Date: 05 Jan 2025\n\n")
+LLAMA_DATE_LINES = "Cutting Knowledge Date: December 2023\nToday Date: 05 Jan 2025\n\n"
+SAL_SYSTEM_PROMPT = LLAMA_SYSTEM_PROMPT.removeprefix(LLAMA_DATE_LINES)
 
 
 @dataclass(frozen=True)
@@ -145,9 +144,10 @@ SAL_FIXED: dict[str, Any] = {
     "search.answer_markers": [],
 }
 
-# Top-level keys of ours with the same name: in a search-and-learn recipe they are its keys.
-SHARED = ("temperature", "top_p", "seed", "max_tokens")
-SAL_ONLY = frozenset(SAL_KEYS) - set(SHARED)
+# Its keys that are top-level keys of ours too (temperature, max_tokens, lookahead, ...):
+# in a search-and-learn recipe they are its keys, and they do not make a config one.
+SHARED = frozenset(SAL_KEYS) & {f.name for f in fields(SearchConfig)}
+SAL_ONLY = frozenset(SAL_KEYS) - SHARED
 DEFAULT_LAYER = -1  # a default or fixed choice: any key given wins over it
 
 
@@ -274,13 +274,13 @@ def apply(sal_layers: Sequence[Mapping[str, Any]], ets_layers: Sequence[Mapping[
         target = SAL_KEYS[key].target(method)
         if key == "gpu_memory_utilization" and backend != "vllm":
             target = None
-        if key in ("dataset_start", "dataset_end") and ("dataset_start" in values) != ("dataset_end" in values):
+        if key in ("dataset_start", "dataset_end") and ("dataset_start" in given) != ("dataset_end" in given):
             target = None  # search-and-learn slices only with both
         if target is None:
             if key in given:
                 no_effect[key] = v.value
             continue
-        converted = _CONVERT.get(key, lambda v, values, method: v.value)(v, values, method)
+        converted = _CONVERT.get(key, lambda v, merged, method: v.value)(v, merged, method)
         if key == "dataset_name" and not _data_source(v, ets_layers, merged):
             continue
         put(target, _Value(converted, v.layer, v.keys))
@@ -303,10 +303,11 @@ def _data_source(v: _Value, ets_layers: Sequence[Mapping[str, Any]], merged: dic
     return True
 
 
-def _width_per(v: _Value, values: Mapping[str, _Value], method: str) -> int:
+def _width_per(v: _Value, merged: Mapping[str, Any], method: str) -> int:
     """beam_width -> fixed_width: search-and-learn keeps n // beam_width beams (dvts: grows
-    n // beam_width subtrees), each with beam_width children."""
-    n, m = values["n"].value, v.value
+    n // beam_width subtrees), each with beam_width children. n is the width as resolved
+    (`n`, or an ets `width` over it)."""
+    n, m = merged["search"].get("width"), v.value
     for key, value in (("n", n), ("beam_width", m)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{key}: {value!r} must be an integer >= 1")
@@ -319,17 +320,18 @@ def _width_per(v: _Value, values: Mapping[str, _Value], method: str) -> int:
     return n // m
 
 
-def _output_file(v: _Value, values: Mapping[str, _Value], method: str) -> str:
+def _output_file(v: _Value, merged: Mapping[str, Any], method: str) -> str:
     if not isinstance(v.value, str) or not v.value.strip():
         raise ConfigError(f"output_dir: {v.value!r} must be a folder path (search-and-learn's results folder)")
-    return str(Path(v.value) / OUTPUT_FILE)
+    return str(Path(v.value) / FOLDER_RESULTS_FILE)
 
 
-_CONVERT: dict[str, Callable[[_Value, Mapping[str, _Value], str], Any]] = {
+# Values that are not given as they are: (the key's value, the config so far, the method) -> ours.
+_CONVERT: dict[str, Callable[[_Value, Mapping[str, Any], str], Any]] = {
     "beam_width": _width_per,
     "output_dir": _output_file,
     # null: the tokenizer's own template, which search-and-learn then requires
-    "custom_chat_template": lambda v, values, method: True if v.value is None else v.value,
+    "custom_chat_template": lambda v, merged, method: True if v.value is None else v.value,
 }
 
 
@@ -355,6 +357,6 @@ def no_effect_note(key: str, value: Any, method: str, backend: str) -> str:
     """The line `ets run` logs for a recipe key that does nothing here."""
     entry = SAL_KEYS.get(key)
     why = entry.idle.format(method=method, backend=backend) if entry else "not a key of ets"
-    shown = repr(value)
+    shown = str(value).lower() if isinstance(value, bool) else repr(value)  # as YAML writes a bool
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     return f"{key}: {shown} has no effect here ({why})"

@@ -50,6 +50,10 @@ SEARCH_AND_LEARN_KEYS = {
     "sort_completed": ("beam",),
 }
 
+# The results file a recipe's output folder gets (the ETS code's store_path,
+# search-and-learn's output_dir).
+FOLDER_RESULTS_FILE = "results.jsonl"
+
 # Keys of the ETS public code's hyperparameter files -> our field names.
 ETS_KEY_ALIASES = {
     "select_method": "method",
