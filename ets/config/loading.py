@@ -20,8 +20,8 @@ import yaml
 from ets.config import sal_recipes
 from ets.config.checks import ConfigError, did_you_mean
 from ets.config.presets import apply_presets
-from ets.config.sections import (ETS_KEY_ALIASES, FOLDER_RESULTS_FILE, DataConfig, PolicyConfig, RewardConfig, RunConfig,
-                                 SearchConfig)
+from ets.config.sections import (ETS_KEY_ALIASES, FOLDER_RESULTS_FILE, DataConfig, PolicyConfig, RewardConfig,
+                                 RunConfig, SearchConfig)
 
 class _YAMLLoader(yaml.SafeLoader):
     """YAML as a user writes it: `1e-6` is a float, as in YAML 1.2 and Python (PyYAML's
