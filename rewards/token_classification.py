@@ -35,7 +35,8 @@ class TokenClassificationOptions:
     separator: str = "<extra_0>"      # one token, appended to every step
     positive_label: int = 1           # index of the "step is good" class
     num_labels: int | None = None     # checked against the head's outputs (default: whatever it has, >= 2)
-    chat_template: bool = True        # wrap in the tokenizer's chat template, when it has one
+    chat_template: bool | str = True  # true: the tokenizer's chat template, when it has one; false: `template`;
+                                      # or a Jinja chat template to use instead of the tokenizer's
     system_prompt: str = "Please reason step by step, and put your final answer within \\boxed{}."
     template: str = "{question}\n{steps}"  # used when there is no chat template
     step_separator: str = ""          # text between one separator and the next step
@@ -69,7 +70,9 @@ class TokenClassificationPRM(MarkerPRM):
         if options.positive_label >= num_labels:
             raise ConfigError(f"reward {name!r}: positive_label {options.positive_label} but the head has {num_labels} labels")
         self.options = options
-        self._use_chat = options.chat_template and bool(getattr(tokenizer, "chat_template", None))
+        own = getattr(tokenizer, "chat_template", None)
+        self._jinja = options.chat_template if isinstance(options.chat_template, str) else None
+        self._use_chat = bool(self._jinja) or (options.chat_template is True and bool(own))
         self._frames: dict[str, tuple[str, str]] = {}
         backend = ForwardBackend.for_tokenizer(model, tokenizer, list(range(num_labels)), options.padding_side, options.max_batch_tokens)
         # A rendered chat template already holds its special tokens (BOS etc.).
@@ -98,7 +101,7 @@ class TokenClassificationPRM(MarkerPRM):
         messages = [{"role": "user", "content": question}, {"role": "assistant", "content": SENTINEL}]
         if self.options.system_prompt:
             messages.insert(0, {"role": "system", "content": self.options.system_prompt})
-        head, tail = chat_pieces(self.tokenizer, messages)
+        head, tail = chat_pieces(self.tokenizer, messages, self._jinja)
         return head, tail
 
     @classmethod

@@ -97,3 +97,10 @@ def test_a_prm_with_its_own_code_loads_with_trust_remote_code_and_reads_its_head
     with torch.no_grad():
         logits = prm.backend.model(input_ids=torch.tensor([ids])).logits[0, positions]
     assert prm([QUESTIONS[0]], [TRAJS[0][:1]])[0][0] == pytest.approx(torch.softmax(logits, -1)[:, 1].tolist(), abs=1e-5)
+
+
+def test_a_jinja_chat_template_replaces_the_tokenizers(checkpoint):
+    """As the policy's `policy.chat_template`: a PRM trained on another frame is given it inline."""
+    prm = build(checkpoint, chat_template="{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}|{% endfor %}",
+                system_prompt="")
+    assert prm.render("Q?", ["a\n\n"]).text == "[user] Q?|[assistant] a<extra_0>|"

@@ -9,7 +9,7 @@
                                                     a best-of-N run's samples scored by another reward
     ets sweep --config FILE --methods a,b --widths 16,64 [--seeds 0,1,2] [key=value ...]
                                                     methods x widths (x seeds) -> table + plots
-    ets presets                                     the model presets (policy_model_type, reward_model_type)
+    ets presets [NAME]                              presets by model name, and the ETS code's model types
     ets --version
 
 Every command takes `--quiet` (no progress bars, transformers' included, and only errors
@@ -163,10 +163,18 @@ def _diagnose(args: argparse.Namespace) -> int:
 
 
 def _presets(args: argparse.Namespace) -> int:
-    from ets.config import preset_lines
+    from ets.config import model_preset_keys, model_preset_table, preset_lines
 
-    print("Presets of the ETS code's model types; a recipe names them as policy_model_type and")
-    print("reward_model_type (explicit policy.* and reward.* keys win). docs/FIDELITY.md has more.\n")
+    if args.name:
+        for line in model_preset_keys(args.name):
+            print(line)
+        return 0
+    print("Presets by model name: a policy.model or reward.model whose name matches a row gets these")
+    print("settings (explicit keys win; `ets presets NAME` prints a row's keys in full).\n")
+    for line in model_preset_table():
+        print(line)
+    print("\nThe ETS code's model types, which its recipes name as policy_model_type and reward_model_type")
+    print("(explicit policy.* and reward.* keys win; docs/FIDELITY.md has more):\n")
     for line in preset_lines():
         print(line)
     return 0
@@ -376,7 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_diagnose)
 
     p = sub.add_parser("presets", parents=[common],
-                       help="the model presets a recipe's policy_model_type / reward_model_type select")
+                       help="the presets by model name, and the ETS code's model types (policy_model_type / "
+                            "reward_model_type)")
+    p.add_argument("name", nargs="?", help="a preset's glob or a model name: print every key it sets")
     p.set_defaults(func=_presets)
     return parser
 

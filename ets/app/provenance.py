@@ -105,13 +105,15 @@ def _before(key: str, old: dict[str, Any]) -> Any:
         from ets.engine.sampling import STREAMS_BEFORE
 
         return _sampler(old.get("policy.backend"), STREAMS_BEFORE)
+    if key == "policy.chat_template":  # before chat templates, every prompt was raw text
+        return False
     return None
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """`key: old -> new` for each compared key whose value changed. A key that only one
     side has (written by an older or newer ets) is not compared, unless what the older ets
-    did is known (`_before`: the sampler)."""
+    did is known (`_before`: the sampler, raw-text prompts)."""
     out = []
     for key in new:
         was = old[key] if key in old else _before(key, old)

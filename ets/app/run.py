@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
-from ets.config import RunConfig
+from ets.config import RunConfig, model_preset_notes
 from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
@@ -143,12 +144,15 @@ def check_config(config: RunConfig) -> str:
     obj = resolve_reward(config.reward.name)
     if hasattr(obj, "Options") and hasattr(obj, "from_config"):
         parse_options(obj.Options, config.reward.options, config.reward.name)
+    check_devices(config)
     for model in (config.policy.model, config.reward.model):
         if model and not model.startswith("tiny:"):
             check_model_exists(model)
     notes = []
-    if config.data.path or config.data.hf_name is None:
-        notes.append(f"data: {len(load_problems(config.data))} problems")
+    problems = load_problems(config.data) if config.data.path or config.data.hf_name is None else None
+    if problems is not None:
+        notes.append(f"data: {len(problems)} problems")
+    notes.extend(model_preset_notes(config))
     for key in ("policy_model_type", "reward_model_type"):
         if getattr(config, key) is not None:
             section = "policy" if key == "policy_model_type" else "reward"
@@ -157,7 +161,46 @@ def check_config(config: RunConfig) -> str:
     if config.search.ets_code:
         notes.append("search.compat: ets_code: the ETS public code's selection and accounting (docs/FIDELITY.md)")
     body = yaml.dump(config.to_dict(), Dumper=_dumper(), sort_keys=False, allow_unicode=True, width=100)
-    return body + "".join(f"# {n}\n" for n in notes) + "# config OK: nothing was run\n"
+    shown = first_prompt_lines(config, problems[0] if problems else None)
+    return (body + "".join(f"# {n}\n" for n in notes) + "".join(line + "\n" for line in shown)
+            + "# config OK: no model was loaded, nothing was run\n")
+
+
+def check_devices(config: RunConfig) -> None:
+    """A device this machine does not have (device: cuda without CUDA) is refused before
+    anything loads: the policy's, and a reward's own `device` option."""
+    from ets.models.load import check_device
+
+    check_device(config.policy.device)
+    device = config.reward.options.get("device") if isinstance(config.reward.options, dict) else None
+    if isinstance(device, str):
+        check_device(device)
+
+
+def first_prompt_lines(config: RunConfig, problem) -> list[str]:
+    """The exact root prompt of the first problem, as `#`-comment lines (each line of the
+    text after `# | `, so trailing blank lines show), with how it was written and any
+    warning (an instruct model given raw text). The policy's tokenizer alone is loaded;
+    a hub name that cannot be reached here is a note, not an error."""
+    from ets.models.load import ModelLoadError, load_tokenizer
+    from ets.policy.chat import format_notes, prompt_format, render
+
+    if problem is None:
+        return ["# first prompt: not shown (the problems come from a hub dataset, not read by --check)"]
+    try:
+        tokenizer = load_tokenizer(config.policy.model)
+    except (OSError, ValueError, ModelLoadError) as exc:
+        if Path(config.policy.model).expanduser().exists():
+            raise ModelLoadError(f"the tokenizer of {config.policy.model!r} could not be loaded: "
+                                 f"{str(exc).splitlines()[0]}; the folder needs its tokenizer files") from None
+        return [f"# first prompt: not shown (the tokenizer of {config.policy.model!r} could not be loaded here: "
+                f"{str(exc).splitlines()[0][:160]})"]
+    fmt = prompt_format(tokenizer, config.policy)
+    text, ids = render(tokenizer, config.policy, fmt, problem.question)
+    lines = [f"# first prompt ({problem.id!r}, {len(ids)} tokens, {fmt.source}):"]
+    lines += [f"# | {line}".rstrip() for line in text.split("\n")]
+    lines += [f"# WARNING: {note}" for note in format_notes(tokenizer, config.policy, fmt)]
+    return lines
 
 
 def _quoted_multiline(dumper, value: str):

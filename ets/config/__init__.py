@@ -29,6 +29,7 @@ effect (`RunConfig.no_effect`), its defaults under the recipe's keys.
     checks.py    ConfigError and the shared value checks
     sections.py  the dataclasses, their allowed values and defaults
     presets.py   the ETS code's model conventions (PRESETS)
+    model_presets.py  presets by model name (MODEL_PRESETS): Qwen2.5-Math, Llama 3, the PRMs
     sal_recipes.py  search-and-learn's keys, defaults and fixed choices (SAL_KEYS)
     loading.py   YAML files, overrides, the recipes' layouts -> RunConfig
 """
@@ -36,6 +37,8 @@ effect (`RunConfig.no_effect`), its defaults under the recipe's keys.
 from ets.config.checks import ConfigError
 from ets.config.loading import (SECTIONS, STORE_PATH_FILE, TOP_LEVEL, config_from_dict, load_config,
                                 merge_overrides, parse_override, read_yaml)
+from ets.config.model_presets import (MODEL_PRESETS, SAL_SYSTEM_PROMPT, model_preset, model_preset_keys,
+                                      model_preset_notes, model_preset_table)
 from ets.config.presets import LLAMA_SYSTEM_PROMPT, PRESETS, apply_presets, preset_lines
 from ets.config.sections import (AGGREGATIONS, COMPAT_MODES, COSTS, ETS_CODE, ETS_KEY_ALIASES, METHOD_ALIASES,
                                  POLICY_BACKENDS, PROJECT, REFERENCE_ANSWER_PHRASES, REFERENCE_PROMPT_TOKENS,
@@ -44,9 +47,9 @@ from ets.config.sections import (AGGREGATIONS, COMPAT_MODES, COSTS, ETS_CODE, ET
 
 __all__ = [
     "AGGREGATIONS", "COMPAT_MODES", "COSTS", "ETS_CODE", "ETS_KEY_ALIASES", "LLAMA_SYSTEM_PROMPT",
-    "METHOD_ALIASES", "POLICY_BACKENDS", "PRESETS", "PROJECT", "REFERENCE_ANSWER_PHRASES",
+    "METHOD_ALIASES", "MODEL_PRESETS", "POLICY_BACKENDS", "SAL_SYSTEM_PROMPT", "PRESETS", "PROJECT", "REFERENCE_ANSWER_PHRASES",
     "REFERENCE_PROMPT_TOKENS", "SECTIONS", "STORE_PATH_FILE", "TOP_LEVEL", "VLLM_OPTIONS", "VOTES",
     "ConfigError", "DataConfig", "PolicyConfig", "RewardConfig", "RunConfig", "SearchConfig",
-    "apply_presets", "config_from_dict", "load_config", "merge_overrides", "parse_override",
-    "preset_lines", "read_yaml",
+    "apply_presets", "config_from_dict", "load_config", "merge_overrides", "model_preset", "model_preset_keys",
+    "model_preset_notes", "model_preset_table", "parse_override", "preset_lines", "read_yaml",
 ]

@@ -19,6 +19,7 @@ import yaml
 
 from ets.config import sal_recipes
 from ets.config.checks import ConfigError, did_you_mean
+from ets.config.model_presets import apply_model_presets
 from ets.config.presets import apply_presets
 from ets.config.sections import (ETS_KEY_ALIASES, FOLDER_RESULTS_FILE, DataConfig, PolicyConfig, RewardConfig,
                                  RunConfig, SearchConfig)
@@ -120,8 +121,8 @@ def merge_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             raw.setdefault(path[0], {})[path[1]] = value
         elif len(path) == 3 and path[0] == "reward" and path[1] == "options":
             raw.setdefault("reward", {}).setdefault("options", {})[path[2]] = value
-        elif len(path) == 3 and path[0] == "policy" and path[1] == "vllm":
-            raw.setdefault("policy", {}).setdefault("vllm", {})[path[2]] = value
+        elif len(path) == 3 and path[0] == "policy" and path[1] in ("vllm", "chat_template_kwargs"):
+            raw.setdefault("policy", {}).setdefault(path[1], {})[path[2]] = value
         else:
             raise ConfigError(f"override {item!r}: use key=value or SECTION.key=value with SECTION in {', '.join(SECTIONS)}")
     return raw
@@ -170,6 +171,7 @@ def config_from_dict(raw: Mapping[str, Any], overrides: list[str] | tuple[str, .
         sal_recipes.apply(sal_layers, [_normalise(layer) for layer in layers], merged)
     sections = {name: merged.pop(name) for name in SECTIONS}
     apply_presets(sections, merged)
+    apply_model_presets(sections)
     built = {name: _build(cls, sections[name], name) for name, cls in SECTIONS.items()}
     return RunConfig(**built, **merged)
 

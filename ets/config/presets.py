@@ -10,21 +10,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ets.config.checks import ConfigError, did_you_mean
+from ets.config.model_presets import SAL_SYSTEM_PROMPT
 
 
-# The system prompt the ETS code gives its instruction-tuned Llama policy (rebase.py).
-LLAMA_SYSTEM_PROMPT = (
-    "Cutting Knowledge Date: December 2023\nToday Date: 05 Jan 2025\n\n"
-    "Solve the following math problem efficiently and clearly:\n\n"
-    "- For simple problems (2 steps or fewer):\nProvide a concise solution with minimal explanation.\n\n"
-    "- For complex problems (3 steps or more):\nUse this step-by-step format:\n\n"
-    "## Step 1: [Concise description]\n[Brief explanation and calculations]\n\n"
-    "## Step 2: [Concise description]\n[Brief explanation and calculations]\n\n"
-    "...\n\n"
-    "Regardless of the approach, always conclude with:\n\n"
-    "Therefore, the final answer is: $\\boxed{answer}$. I hope it is correct.\n\n"
-    "Where [answer] is just the final number or expression that solves the problem."
-)
+# The system prompt the ETS code gives its instruction-tuned Llama policy (rebase.py):
+# search-and-learn's, after a date header.
+LLAMA_SYSTEM_PROMPT = "Cutting Knowledge Date: December 2023\nToday Date: 05 Jan 2025\n\n" + SAL_SYSTEM_PROMPT
 
 # The model conventions of the ETS (and REBASE) code, by the names its recipes give as
 # `policy_model_type` and `reward_model_type`: `policy_model_type` applies a row's
@@ -57,6 +48,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                 "<|start_header_id|>system<|end_header_id|>\n\n" + LLAMA_SYSTEM_PROMPT + "<|eot_id|>"
                 "<|start_header_id|>user<|end_header_id|>\n\n{question}<|eot_id|>"
                 "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+            "chat_template": False,  # the chat turns are written above, by hand, as the ETS code does
             "step_delimiter": "\n\n"},
         "reward": {"name": "chat_judgement", "options": {"good_token": "+", "bad_token": "-"}},
     },

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ets.config.checks import ConfigError, did_you_mean
-from ets.config.presets import LLAMA_SYSTEM_PROMPT
+from ets.config.model_presets import SAL_SYSTEM_PROMPT
 from ets.config.sections import FOLDER_RESULTS_FILE, METHOD_ALIASES, SearchConfig
 
 # search-and-learn's approaches -> our methods
@@ -36,10 +36,6 @@ APPROACHES = {"best_of_n": "best_of_n", "beam_search": "beam", "dvts": "dvts"}
 OTHER = "*"  # in a per-method target: any method but the named ones (an ets `method` key may name rebase or ets)
 # What search-and-learn's DVTS gives each step, whatever `max_tokens` says (its SamplingParams).
 DVTS_STEP_TOKENS = 2048
-# search-and-learn's default system prompt: the ETS code's Llama one less its date lines,
-# which search-and-learn's Llama 3 chat template writes itself.
-LLAMA_DATE_LINES = "Cutting Knowledge Date: December 2023\nToday Date: 05 Jan 2025\n\n"
-SAL_SYSTEM_PROMPT = LLAMA_SYSTEM_PROMPT.removeprefix(LLAMA_DATE_LINES)
 
 
 @dataclass(frozen=True)

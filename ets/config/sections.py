@@ -221,6 +221,7 @@ class PolicyConfig:
     # prompt_template) | a Jinja template, inline or a file path (search-and-learn's custom_chat_template)
     chat_template: bool | str = "auto"
     system_prompt: str | None = None  # a system turn before the question (with a chat template)
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the template, e.g. {date_string: 26 Jul 2024}
     step_delimiter: str = "\n\n"      # a step ends here (kept in the step's tokens)
     kv_budget_tokens: int | None = None  # engine: KV pool size in tokens (None: the engine's default)
     kv_dtype: str | None = None       # engine: how K/V are stored (None: as `dtype`); bfloat16 under a
@@ -246,6 +247,10 @@ class PolicyConfig:
         if not (isinstance(self.chat_template, bool) or (isinstance(self.chat_template, str) and self.chat_template.strip())):
             raise ConfigError(f"policy.chat_template: {self.chat_template!r} must be auto, true, false, or a Jinja "
                               f"chat template (inline text or a file path)")
+        if not isinstance(self.chat_template_kwargs, Mapping) or not all(isinstance(k, str) for k in self.chat_template_kwargs):
+            raise ConfigError(f"policy.chat_template_kwargs: {self.chat_template_kwargs!r} must be a mapping of names to "
+                              f"values, e.g. {{date_string: 26 Jul 2024}}")
+        self.chat_template_kwargs = dict(self.chat_template_kwargs)
         if self.system_prompt is not None and not isinstance(self.system_prompt, str):
             raise ConfigError(f"policy.system_prompt: {self.system_prompt!r} must be a string (or null: no system turn)")
         if self.kv_dtype is not None:

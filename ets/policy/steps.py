@@ -4,7 +4,8 @@ A step ends at the first of: the step delimiter (kept, so the path can be contin
 EOS (dropped), or `max_step_tokens` (cut). Policies generate token by token; this module
 decides where the step ends and what it is called, so backends agree exactly.
 
-The model's context is handled here too, the same way for every backend: `fit_prompt`
+The root prompt is written by ets/policy/chat.py (a chat turn or raw text). The model's
+context is handled here too, the same way for every backend: `fit_prompt`
 refuses or truncates a prompt that leaves no room to generate (`policy.prompt_overflow`),
 `new_token_cap` caps a request's new tokens so its path never passes the context, and
 `at_context` renames a step that fills the context to finish "context".
@@ -17,6 +18,7 @@ from typing import Sequence
 from ets.engine.sampling import StopStrings
 from ets.models.load import eos_token_ids
 from ets.policy.base import Prompt, PromptTooLong, Step
+from ets.policy.chat import PromptFormat, log_format_notes, prompt_format, render
 
 PROMPT_OVERFLOW = ("error", "truncate")
 
@@ -130,9 +132,18 @@ class PromptsAndSteps:
     `context_tokens` on the instance."""
 
     def format_prompt(self, question: str) -> Prompt:
-        prompt = Prompt(*format_prompt(self.tokenizer, self.config.prompt_template, question))
+        prompt = Prompt(*render(self.tokenizer, self.config, self.prompt_format, question))
         return fit_prompt(prompt, self.context_tokens, self.config.prompt_overflow, self.search.max_step_tokens,
                           self.tokenizer)
+
+    @property
+    def prompt_format(self) -> PromptFormat:
+        """How this policy writes its root prompts (ets/policy/chat.py), resolved on first use,
+        when its notes (an instruct model given raw text) are logged once."""
+        if getattr(self, "_prompt_format", None) is None:
+            self._prompt_format = prompt_format(self.tokenizer, self.config)
+            log_format_notes(self.tokenizer, self.config, self._prompt_format)
+        return self._prompt_format
 
     def cutter(self, max_step_tokens: int) -> StepCutter:
         if not hasattr(self, "_cutters"):
