@@ -76,6 +76,8 @@ def test_each_recipe_loads_with_every_key_understood(name):
     assert (s.temperature, s.top_p, s.seed, s.aggregation, s.lookahead) == (0.8, 1.0, 0, "last", 0)
     assert (s.filter_duplicates, s.sort_completed, s.answer_markers) == (dedup, False, [])
     assert (c.policy.model, c.reward.model) == (model, prm)
+    # the presets by model name see the recipe's models: the PRM's convention comes from prm_path
+    assert c.reward.name == {RLHFLOW: "chat_judgement", "Qwen/Qwen2.5-Math-PRM-7B": "token_classification"}[prm]
     # search-and-learn's prompt: its system prompt, the bare problem as the user turn of the
     # model's chat template (custom_chat_template: null, or its Llama 3 default), blank-line steps
     assert (c.policy.system_prompt, c.policy.prompt_template) == (SAL_SYSTEM_PROMPT, "{question}")
