@@ -8,6 +8,10 @@ Layouts understood (`DataConfig.format`):
     fields   any records; `question_field` and `answer_field` name the two fields
     auto     gsm8k or math500, told apart by the first record's keys
 
+Which problems: `data.start` / `data.end` take the slice [start, end) of the records in
+file order (one job of an array searches one slice; a slice past the last record is a
+DataError), then `data.limit` the first N of it (`selected`).
+
 A problem's id comes from the data, never from its position, so a results file stays
 valid when lines are added, removed or reordered: the record's `unique_id` or `id` field
 if it has one, else `q-` and the first 12 hex digits of the SHA-256 of the question text.
@@ -22,10 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple, TypeVar
 
 from ets.answers.extract import gsm8k_ground_truth, last_boxed
 from ets.config import DataConfig
+
+
+T = TypeVar("T")
 
 
 class DataError(ValueError):
@@ -131,9 +138,30 @@ def _to_problem(record: Any, fmt: str, data: DataConfig, where: str) -> Problem:
     return Problem(id=_record_id(raw, question), question=question, answer=str(answer).strip(), raw=raw)
 
 
-def _read_jsonl(path: Path, limit: int | None) -> Iterable[tuple[int, Any]]:
-    """(line number, parsed record) for each non-blank line, stopping after `limit`."""
-    count = 0
+def selected(items: Iterable[T], data: DataConfig, source: str) -> Iterator[T]:
+    """The items `data` selects, in order: the slice [data.start, data.end), then its first
+    `data.limit`. A slice that reaches past the last item is a DataError naming `source`
+    (read lazily: the items after the slice are never read)."""
+    start, end = data.start or 0, data.end
+    count = taken = 0
+    for item in items:
+        if end is not None and count >= end:
+            return
+        count += 1
+        if count <= start:
+            continue
+        yield item
+        taken += 1
+        if data.limit is not None and taken >= data.limit:
+            return
+    if data.sliced and (count <= start or (end is not None and count < end)):
+        key, value = ("data.start", start) if count <= start else ("data.end", end)
+        raise DataError(f"{key}: {value} is beyond the {count} problems of {source}; the slice "
+                        f"[data.start, data.end) must lie within [0, {count}]")
+
+
+def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
+    """(line number, parsed record) for each non-blank line."""
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -146,9 +174,6 @@ def _read_jsonl(path: Path, limit: int | None) -> Iterable[tuple[int, Any]]:
                     "the file must hold one JSON object per line (JSONL)"
                 ) from None
             yield lineno, record
-            count += 1
-            if limit is not None and count >= limit:
-                return
 
 
 def load_jsonl(data: DataConfig) -> list[Problem]:
@@ -159,7 +184,7 @@ def load_jsonl(data: DataConfig) -> list[Problem]:
         problems: list[Problem] = []
         places: list[str] = []
         fmt = data.format
-        for lineno, record in _read_jsonl(path, data.limit):
+        for lineno, record in selected(_read_jsonl(path), data, f"data file {str(path)!r}"):
             where = f"{path}:{lineno}"
             if fmt == "auto":
                 fmt = detect_format(record) if isinstance(record, dict) else None
@@ -196,9 +221,7 @@ def load_hub(data: DataConfig) -> list[Problem]:
     problems: list[Problem] = []
     places: list[str] = []
     fmt = data.format
-    for index, record in enumerate(rows):
-        if data.limit is not None and index >= data.limit:
-            break
+    for index, record in selected(enumerate(rows), data, f"dataset {data.hf_name!r} split {data.hf_split!r}"):
         where = f"{data.hf_name}[{data.hf_split}] row {index}"
         if fmt == "auto":
             fmt = detect_format(record)

@@ -20,6 +20,14 @@ from ets.config.checks import did_you_mean
 from ets.tree import Node, SearchTree
 
 Allocation = dict[int, int]
+# A candidate's score where its path leads, set by the loop's lookahead (ets/loop/lookahead.py).
+LOOKAHEAD_SCORE = "lookahead_score"
+
+
+def selection_score(node: Node) -> float:
+    """What a strategy ranks a candidate by: its lookahead score when it has one (search.
+    lookahead), else the PRM's score of its newest step."""
+    return float(node.tags.get(LOOKAHEAD_SCORE, node.score))
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,8 @@ class Frontier:
     metrics: Counter[str] = field(default_factory=Counter, compare=False, repr=False)
 
     def scores(self) -> list[float]:
-        return [float(c.score) for c in self.candidates]
+        """The candidates' selection scores (`selection_score`), in order."""
+        return [selection_score(c) for c in self.candidates]
 
 
 class Strategy(ABC):
@@ -74,6 +83,12 @@ class Strategy(ABC):
     def select(self, frontier: Frontier) -> Allocation:
         """{candidate id: children}; sums to at most `frontier.remaining` unless the
         method's definition says otherwise (beam rounds up, see ALGORITHMS.md)."""
+
+    def answering(self, completed: list[Node], width: int) -> list[Node]:
+        """The completed trajectories that answer (vote, and make the result record), when
+        the search is over: every one, unless the method says otherwise (beam with
+        sort_completed)."""
+        return completed
 
 
 _REGISTRY: dict[str, type[Strategy]] = {}

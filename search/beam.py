@@ -8,13 +8,23 @@ Note: ALGORITHMS.md takes sqrt of the width W; the ETS public code passes the *r
 width to this function and takes sqrt of that. We follow ALGORITHMS.md; the two agree
 until the first trajectory completes. With `compat: ets_code`: keep = fixed_width if set
 else ceil(sqrt(remaining)), and ties rank the later candidate first (search/compat.py).
+
+search-and-learn's options (docs/search_and_learn.md):
+- `filter_duplicates`: a candidate whose whole trajectory text (every step so far) an
+  earlier candidate has is not kept; the first of them stands for it.
+- `sort_completed`: when the search ends with more than W completed trajectories (beam
+  rounds up), the W best by `aggregation` of their step scores answer, ties in completion
+  order; without it every completed trajectory answers.
+- `lookahead`: candidates are ranked by their lookahead score (search.base.selection_score).
 """
 
 from __future__ import annotations
 
 import math
 
-from search.base import Allocation, Frontier, Strategy, register
+from ets.answers.aggregate import aggregate
+from ets.tree import Node
+from search.base import Allocation, Frontier, Strategy, register, selection_score
 from search.compat import later_first
 
 
@@ -26,12 +36,31 @@ def beams_kept(width: int, fixed_width: int | None) -> int:
 @register("beam")
 class Beam(Strategy):
     def select(self, frontier: Frontier) -> Allocation:
-        cands = frontier.candidates
+        cands = distinct(frontier.candidates) if self.config.filter_duplicates else frontier.candidates
         if self.config.ets_code:
             keep = beams_kept(frontier.remaining, self.config.fixed_width)
-            ranked = [cands[i] for i in later_first(frontier.scores())]
+            scores = [selection_score(c) for c in cands]
+            ranked = [cands[i] for i in later_first(scores)]
         else:
             keep = beams_kept(frontier.width, self.config.fixed_width)
-            ranked = sorted(cands, key=lambda c: -c.score)  # stable: ties in creation order
+            ranked = sorted(cands, key=lambda c: -selection_score(c))  # stable: ties in creation order
         per_beam = math.ceil(frontier.remaining / keep)
         return {c.id: per_beam for c in ranked[:keep]}
+
+    def answering(self, completed: list[Node], width: int) -> list[Node]:
+        if not self.config.sort_completed or len(completed) <= width:
+            return completed
+        by_score = sorted(completed, key=lambda n: -aggregate(n.step_scores(), self.config.aggregation))
+        return by_score[:width]  # stable: ties in completion order
+
+
+def distinct(candidates: list[Node]) -> list[Node]:
+    """The candidates whose trajectory text (all their steps) no earlier candidate has."""
+    seen: set[str] = set()
+    out = []
+    for c in candidates:
+        text = "".join(c.step_texts())
+        if text not in seen:
+            seen.add(text)
+            out.append(c)
+    return out

@@ -15,6 +15,9 @@ kept node gets W // S each round and the search can finish more than W trajector
 A node's subtree is the label of its depth-1 ancestor (`tags["subtree"]`); a kept node
 carries its subtree's initial width in `tags["subtree_width"]`, inherited by its children.
 
+With `lookahead`, a subtree's best child is the best by lookahead score
+(search.base.selection_score), as search-and-learn's DVTS picks it.
+
 When fewer than S children are split (by default only possible with fixed_width > W),
 groups are cycled over them as in the public code; a child leading several subtrees gets
 the sum of their widths, and its descendants are counted in the first of them (in the
@@ -26,7 +29,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ets.tree import Node
-from search.base import Allocation, Frontier, Strategy, register
+from search.base import Allocation, Frontier, Strategy, register, selection_score
 from search.beam import beams_kept
 
 SUBTREE = "subtree"
@@ -85,7 +88,7 @@ class DVTS(Strategy):
                 children[i].tags.setdefault(SUBTREE, g)
             alive = [children[i] for i in members if children[i].id in alive_ids]
             if alive:  # otherwise every member completed and this subtree is done
-                leader = max(alive, key=lambda c: c.score)  # first best on ties
+                leader = max(alive, key=selection_score)  # first best on ties
                 led[leader.id] += 1
                 leaders[leader.id] = leader
         for node_id, leader in leaders.items():
@@ -99,6 +102,6 @@ class DVTS(Strategy):
         for c in frontier.candidates:
             c.tags[SUBTREE_WIDTH] = c.parent.tags[SUBTREE_WIDTH] if width is None else width
             cur = best.get(c.parent.id)
-            if cur is None or c.score > cur.score:
+            if cur is None or selection_score(c) > selection_score(cur):
                 best[c.parent.id] = c
         return list(best.values())

@@ -1,6 +1,7 @@
 """The search loop end to end on a tiny random policy (plain transformers backend)."""
 
 import zlib
+from collections import Counter
 
 import pytest
 
@@ -266,3 +267,130 @@ def test_each_rounds_phases_are_clocked(policy):
     assert stats.score_seconds >= 0.02 * len(calls) > 0
     assert stats.expand_seconds > 0 and stats.select_seconds > 0
     assert stats.expand_seconds + stats.score_seconds + stats.select_seconds <= wall
+
+
+# ---------------------------------------------------------------- search-and-learn's beam options
+class TextPolicy:
+    """A scripted policy over whole-step tokens (one token id per distinct step text):
+    `rule(step texts so far, sample index, temperature)` writes each new step. It records
+    every request."""
+
+    def __init__(self, rule):
+        self.rule, self.requests, self.released = rule, [], []
+        self.handles: dict[object, list] = {}  # request key -> the locks its steps took
+        self.ids: dict[str, int] = {}
+        self.texts: dict[int, str] = {}
+        self.tokenizer = None
+        self.context_tokens = None
+
+    def token(self, text):
+        if text not in self.ids:
+            self.ids[text] = 100 + len(self.ids)
+            self.texts[self.ids[text]] = text
+        return self.ids[text]
+
+    def format_prompt(self, question):
+        return question, [1, 2, 3]
+
+    def expand(self, requests):
+        from ets.policy.base import Step
+
+        self.requests.extend(requests)
+        out = []
+        for r in requests:
+            path = [self.texts[t] for t in r.token_ids if t in self.texts]
+            steps = []
+            for j in range(r.n):
+                text = self.rule(path, j, r.sampling.temperature)
+                handle = ("lock", sum(map(len, self.handles.values())))
+                self.handles.setdefault(r.key, []).append(handle)
+                steps.append(Step(text, [self.token(text)], "stop", handle))
+            out.append(steps)
+        return out
+
+    def release(self, handles):
+        self.released.extend(h for h in handles if h is not None)
+
+    def stats(self):
+        return {}
+
+
+FOUR = Problem("p", "What is 2 + 2?", "4", {})
+STEP_SCORES = {"A\n": 0.9, "B\n": 0.1, "good\n": 1.0, "bad\n": 0.0}
+
+
+def scored_by_text(questions, trajectories):
+    return [[[STEP_SCORES.get(s, 0.5) for s in traj] for traj in per_q] for per_q in trajectories]
+
+
+def a_or_b_then_answer(path, j, temperature):
+    """The root's children are A and B; greedily, A leads to a bad step and B to a good
+    one; sampled again, each gives a final answer."""
+    if temperature == 0:
+        return {"A\n": "bad\n", "B\n": "good\n"}.get(path[-1], "more\n")
+    return "AB"[j % 2] + "\n" if not path else "The answer is: 4\n"
+
+
+def test_lookahead_selects_by_where_a_greedy_rollout_leads():
+    cfg = dict(method="beam", width=2, fixed_width=1, max_depth=5)
+    kept_parent = {}
+    for lookahead in (0, 1):
+        policy = TextPolicy(a_or_b_then_answer)
+        (record,) = search([FOUR], policy, scored_by_text, SearchConfig(**cfg, lookahead=lookahead),
+                           save_trees=True)
+        nodes = record["tree"]["nodes"]
+        kept_parent[lookahead] = {nodes[n["parent"]]["text"] for n in nodes if n["depth"] == 2}
+        rollouts = [r for r in policy.requests if r.key[0] == "lookahead"]
+        if lookahead:
+            # one greedy step for each of the two candidates, all in one call
+            assert [(r.n, r.sampling.temperature) for r in rollouts] == [(1, 0.0), (1, 0.0)]
+            assert record["lookahead_tokens"] == 2
+            assert record["generated_tokens"] == sum(n["num_tokens"] for n in nodes[1:]) + 2
+            # the tree keeps each candidate's own step and score; the rollout's is its tag
+            b = next(n for n in nodes if n["text"] == "B\n")
+            assert b["score"] == 0.1 and b["tags"]["lookahead_score"] == 1.0
+            assert not any(n["text"] in ("good\n", "bad\n") for n in nodes)
+            # every lock the rollouts took was given back, once
+            taken = [h for key, hs in policy.handles.items() if key[0] == "lookahead" for h in hs]
+            assert len(taken) == 2 and all(policy.released.count(h) == 1 for h in taken)
+        else:
+            assert not rollouts and "lookahead_tokens" not in record
+        assert record["correct"] and len(record["trajectories"]) == 2
+    assert kept_parent == {0: {"A\n"}, 1: {"B\n"}}   # the PRM prefers A; B's rollout scores better
+
+
+def test_lookahead_rollouts_stop_where_a_trajectory_would():
+    """A rollout ends at a final step (here the answer at once) and at max_depth."""
+    def rule(path, j, temperature):
+        if temperature == 0:
+            return "The answer is: 4\n" if path[-1] == "A\n" else "more\n"
+        return "AB"[j % 2] + "\n" if not path else "The answer is: 4\n"
+
+    policy = TextPolicy(rule)
+    cfg = SearchConfig(method="beam", width=2, fixed_width=1, lookahead=3, max_depth=3)
+    (record,) = search([FOUR], policy, scored_by_text, cfg)
+    rollouts = [r for r in policy.requests if r.key[0] == "lookahead"]
+    # A's rollout ends at its answer (1 step); B's at max_depth 3 (2 steps after depth 1)
+    by_node = Counter(r.key[2] for r in rollouts)
+    assert sorted(by_node.values()) == [1, 2] and record["lookahead_tokens"] == 3
+
+
+def test_sort_completed_lets_the_best_width_trajectories_answer():
+    """Beam rounds up (ceil(remaining / keep) children per beam), so a search can end with
+    more than W completed trajectories; sort_completed keeps the W best."""
+    answers = {0: "The answer is: 4\n", 1: "The answer is: 5\n"}
+
+    def rule(path, j, temperature):
+        if not path:  # the root: one answer at once, three candidates
+            return "The answer is: 4\n" if j == 0 else "ABA"[j - 1] + "\n"
+        return answers[j]
+
+    scores = {"The answer is: 5\n": 0.2}
+    reward = lambda qs, ts: [[[scores.get(s, 0.9) for s in t] for t in per_q] for per_q in ts]  # noqa: E731
+    for sort_completed, expected in ((False, 5), (True, 4)):
+        cfg = SearchConfig(method="beam", width=4, sort_completed=sort_completed)
+        (record,) = search([FOUR], TextPolicy(rule), reward, cfg)
+        # 1 completed at depth 1; keep 2 beams x ceil(3 / 2) = 4 children at depth 2: 5 in all
+        assert len(record["trajectories"]) == expected
+        low = [t for t in record["trajectories"] if t["step_scores"][-1] == 0.2]
+        assert len(low) == (2 if not sort_completed else 1)  # one of the two 0.2 answers is left out

@@ -49,6 +49,69 @@ def test_limit_and_blank_lines(tmp_path):
     assert len(load_problems(DataConfig(path=path))) == 3
 
 
+def test_start_and_end_slice_in_file_order_before_the_limit(tmp_path):
+    path = write(tmp_path, [{**GSM, "id": i} if i != 2 else "" for i in range(7)])  # ids 0, 1, 3, 4, 5, 6
+    ids = lambda **kw: [p.id for p in load_problems(DataConfig(path=path, **kw))]  # noqa: E731
+    assert ids(start=1, end=4) == ["1", "3", "4"]          # records 1..3: a blank line is no record
+    assert ids(start=1, end=4, limit=2) == ["1", "3"]      # the limit counts within the slice
+    assert ids(start=4) == ["5", "6"] and ids(end=2) == ["0", "1"]
+    assert ids(start=0, end=6) == ids()                    # the whole file: [0, its length)
+    # slices of an array cover the file once, in order
+    assert ids(start=0, end=3) + ids(start=3, end=6) == ids()
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"start": 6}, ["data.start: 6", "beyond the 6 problems", "p.jsonl", "[0, 6]"]),
+    ({"start": 2, "end": 7}, ["data.end: 7", "beyond the 6 problems"]),
+])
+def test_a_slice_beyond_the_data_is_named(tmp_path, kw, words):
+    path = write(tmp_path, [{**GSM, "id": i} for i in range(6)])
+    with pytest.raises(DataError) as e:
+        load_problems(DataConfig(path=path, **kw))
+    for w in words:
+        assert w in one_line(e)
+
+
+def test_a_slice_of_a_hub_dataset(monkeypatch):
+    import sys
+    import types
+
+    rows = [{**GSM, "id": i} for i in range(5)]
+    fake = types.ModuleType("datasets")
+    fake.load_dataset = lambda name, split: rows
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    problems = load_problems(DataConfig(hf_name="some/set", start=1, end=3))
+    assert [p.id for p in problems] == ["1", "2"]
+    with pytest.raises(DataError, match=r"data.end: 9 is beyond the 5 problems of dataset 'some/set' split 'test'"):
+        load_problems(DataConfig(hf_name="some/set", start=1, end=9))
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"start": -1}, ["data.start", ">= 0"]),
+    ({"end": 0}, ["data.end", ">= 1"]),
+    ({"start": 3, "end": 3}, ["data.end: 3 must be above data.start (3)"]),
+    ({"start": "1"}, ["data.start", "integer"]),
+])
+def test_bad_slices_are_config_errors(kw, words):
+    from ets.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        DataConfig(path="x.jsonl", **kw)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_each_slice_writes_its_own_output():
+    from ets.config import RunConfig
+
+    c = RunConfig(data=DataConfig(start=50, end=100), output="runs/r.jsonl")
+    assert c.output == "runs/r.50-100.jsonl"
+    assert RunConfig(data=DataConfig(start=50), output="runs/r.jsonl").output == "runs/r.50-end.jsonl"
+    # a name that carries its slice already keeps it (a resolved config loaded again)
+    assert RunConfig(data=DataConfig(start=50, end=100), output=c.output).output == c.output
+    assert RunConfig(output="runs/r.jsonl").output == "runs/r.jsonl"
+
+
 def test_forced_format_overrides_detection(tmp_path):
     # a MATH-like record read as GSM8K needs `question`: the error names it and the fix
     with pytest.raises(DataError, match=r"p\.jsonl:1: record has no field 'question'.*data\.format=fields"):

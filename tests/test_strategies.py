@@ -99,3 +99,90 @@ def test_dvts_fixed_subtrees():
     tree = tree_with_children([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
     alloc = build(config(method="dvts", width=8, fixed_width=2)).select(frontier(tree, tree.root.children, 8, depth=1))
     assert alloc == {4: 4, 8: 4}
+
+
+# ---------------------------------------------------------------- search-and-learn's beam options
+def children_with_texts(tree, parent, texts_scores):
+    out = []
+    for text, score in texts_scores:
+        child = tree.add_child(parent, text, [7])
+        child.score = score
+        out.append(child)
+    return out
+
+
+def test_filter_duplicates_keeps_one_of_each_trajectory_text():
+    from ets.tree import SearchTree
+
+    tree = SearchTree("Q", [1, 2])
+    kids = children_with_texts(tree, tree.root, [("a", 0.9), ("a", 0.8), ("b", 0.5), ("c", 0.1)])
+    f = frontier(tree, kids, 4)
+    assert build(config(method="beam", width=4, fixed_width=2)).select(f) == {1: 2, 2: 2}  # both "a"
+    # the second "a" is a duplicate: the next best, "b", is kept in its place
+    assert build(config(method="beam", width=4, fixed_width=2, filter_duplicates=True)).select(f) == {1: 2, 3: 2}
+
+
+def test_filter_duplicates_compares_whole_trajectories_not_steps():
+    from ets.tree import SearchTree
+
+    tree = SearchTree("Q", [1, 2])
+    x, y = children_with_texts(tree, tree.root, [("x", 0.5), ("y", 0.5)])
+    (xz,) = children_with_texts(tree, x, [("z", 0.9)])
+    (yz,) = children_with_texts(tree, y, [("z", 0.8)])
+    (xz2,) = children_with_texts(tree, x, [("z", 0.7)])   # "xz" again
+    f = frontier(tree, [xz, yz, xz2], 4, depth=2)
+    assert build(config(method="beam", width=4, fixed_width=2, filter_duplicates=True)).select(f) == {
+        xz.id: 2, yz.id: 2}
+    assert build(config(method="beam", width=4, fixed_width=3, filter_duplicates=True)).select(f) == {
+        xz.id: 2, yz.id: 2}  # only two distinct trajectories to keep
+
+
+def test_sort_completed_keeps_the_best_width_trajectories():
+    from ets.tree import SearchTree
+
+    tree = SearchTree("Q", [1, 2])
+    (a,) = children_with_texts(tree, tree.root, [("a", 0.9)])
+    done = [a, *children_with_texts(tree, a, [("b", 0.2), ("c", 0.6), ("d", 0.1), ("e", 0.6)])]
+    plain = build(config(method="beam", width=4))
+    assert plain.answering(done, 4) == done                          # every completed trajectory answers
+    best = build(config(method="beam", width=4, sort_completed=True))
+    assert best.answering(done, 4) == [done[0], done[2], done[4], done[1]]  # 0.9, 0.6, 0.6 (in order), 0.2
+    assert best.answering(done[:4], 4) == done[:4]                   # no more than W: all, as they came
+    # by the aggregation of each trajectory's step scores
+    p, q = children_with_texts(tree, tree.root, [("p", 0.2), ("q", 0.9)])
+    two = [*children_with_texts(tree, p, [("b", 0.8)]), *children_with_texts(tree, q, [("c", 0.7), ("d", 0.5)])]
+    assert build(config(method="beam", width=2, sort_completed=True)).answering(two, 2) == two[:2]  # last: 0.8, 0.7
+    by_min = build(config(method="beam", width=2, sort_completed=True, aggregation="min"))
+    assert by_min.answering(two, 2) == two[1:]                       # min: 0.7, 0.5 over 0.2
+    # the other methods let every completed trajectory answer
+    assert build(config(method="rebase", width=4)).answering(done, 4) == done
+
+
+def test_lookahead_scores_rank_beam_and_dvts_candidates():
+    from search.base import LOOKAHEAD_SCORE
+
+    tree = tree_with_children([0.9, 0.1, 0.5, 0.4])
+    kids = tree.root.children
+    beam = build(config(method="beam", width=4, fixed_width=1, lookahead=1))
+    assert beam.select(frontier(tree, kids, 4)) == {1: 4}            # no rollout scores yet: the PRM's own
+    for kid, ahead in zip(kids, [0.0, 1.0, 0.2, 0.3]):
+        kid.tags[LOOKAHEAD_SCORE] = ahead
+    assert beam.select(frontier(tree, kids, 4)) == {2: 4}            # where the rollouts led
+    dvts = build(config(method="dvts", width=4, fixed_width=2, lookahead=1))
+    assert dvts.select(frontier(tree, kids, 4, depth=1)) == {2: 2, 4: 2}
+    assert kids[0].score == 0.9                                      # the step keeps its own score
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"method": "rebase", "lookahead": 2}, ["lookahead: 2", "beam and dvts only", "'rebase'"]),
+    ({"method": "best_of_n", "lookahead": 1}, ["lookahead", "'best_of_n'"]),
+    ({"method": "dvts", "filter_duplicates": True}, ["filter_duplicates", "beam only", "'dvts'"]),
+    ({"method": "ets", "sort_completed": True}, ["sort_completed", "beam only", "'ets'"]),
+    ({"method": "beam", "lookahead": -1}, ["lookahead", ">= 0"]),
+    ({"method": "beam", "sort_completed": "yes"}, ["sort_completed", "true or false"]),
+])
+def test_search_and_learn_options_on_the_wrong_method_are_named(kw, words):
+    with pytest.raises(ConfigError) as err:
+        config(**kw)
+    for w in words:
+        assert w in str(err.value)

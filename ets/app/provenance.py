@@ -19,7 +19,7 @@ recorded   kept for the reader, never compared: the output path, `concurrency`,
            `save_trees` and `torch_threads` (a problem's result does not depend on what
            else is in flight, nor on how many threads compute it),
            the ETS recipe's `num_threads` and preset names (a preset is compared as the
-           keys it set),
+           keys it set), the recipe keys that have no effect here (`no_effect`),
            `policy.kv_budget_tokens`, `policy.max_batch_tokens` and the reward options of
            those names (memory and batching, not results), the full device name, the
            model paths, all reward options, and the data: its path, limit, layout keys
@@ -69,7 +69,7 @@ def describe(config: RunConfig) -> dict[str, Any]:
     compared: dict[str, Any] = {}
     recorded: dict[str, Any] = {}
     for key, value in flat.items():
-        if key.startswith("data.") or key in NOT_COMPARED:
+        if key.startswith(("data.", "no_effect.")) or key in NOT_COMPARED:
             recorded[key] = value
         else:
             compared[key] = value

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ets.config import RunConfig, model_preset_notes
+from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
 from ets.app.jsonl import read_records
@@ -123,6 +124,8 @@ def inert_keys_notes(config: RunConfig) -> list[str]:
                      f"client threads); problems searched at once: concurrency = {config.concurrency}")
     if note := config.policy.inert_keys_note():
         notes.append(note)
+    notes.extend(no_effect_note(key, value, config.search.method, config.policy.backend)
+                 for key, value in config.no_effect.items())
     return notes
 
 

@@ -22,11 +22,16 @@ override a preset's. `search.compat: ets_code` reproduces the ETS code's selecti
 accounting where they depart from ALGORITHMS.md (the default, `project`, keeps the
 project's corrected behaviour).
 
+search-and-learn's recipes (`approach`, `n`, `model_path`, ...) are read as they are too
+(sal_recipes.py, docs/search_and_learn.md): each key mapped to ours or named as having no
+effect (`RunConfig.no_effect`), its defaults under the recipe's keys.
+
     checks.py    ConfigError and the shared value checks
     sections.py  the dataclasses, their allowed values and defaults
     presets.py   the ETS code's model conventions (PRESETS)
     model_presets.py  presets by model name (MODEL_PRESETS): Qwen2.5-Math, Llama 3, the PRMs
-    loading.py   YAML files, overrides, the recipes' layout -> RunConfig
+    sal_recipes.py  search-and-learn's keys, defaults and fixed choices (SAL_KEYS)
+    loading.py   YAML files, overrides, the recipes' layouts -> RunConfig
 """
 
 from ets.config.checks import ConfigError

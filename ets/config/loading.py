@@ -1,9 +1,11 @@
-"""Reading a config: YAML files, `key=value` overrides, the ETS recipes' layout.
+"""Reading a config: YAML files, `key=value` overrides, the ETS and search-and-learn recipes' layouts.
 
 A YAML file may hold the four sections, or put the search keys at the top level, as the
 ETS public code's hyperparameter files do (their names are accepted: `select_method`,
 `lambdac`, `lambdas`, `fixedwidth`, ...). Overrides are `key=value`, with a dotted section
-for the other layers: `width=64 policy.model=tiny:qwen2 data.limit=10`.
+for the other layers: `width=64 policy.model=tiny:qwen2 data.limit=10`. A file in
+search-and-learn's layout (`approach`, `n`, `model_path`, ...) is read by
+ets/config/sal_recipes.py.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from typing import Any, Mapping
 
 import yaml
 
+from ets.config import sal_recipes
 from ets.config.checks import ConfigError, did_you_mean
 from ets.config.model_presets import apply_model_presets
 from ets.config.presets import apply_presets
-from ets.config.sections import (ETS_KEY_ALIASES, DataConfig, PolicyConfig, RewardConfig, RunConfig,
-                                 SearchConfig)
+from ets.config.sections import (ETS_KEY_ALIASES, FOLDER_RESULTS_FILE, DataConfig, PolicyConfig, RewardConfig,
+                                 RunConfig, SearchConfig)
 
 class _YAMLLoader(yaml.SafeLoader):
     """YAML as a user writes it: `1e-6` is a float, as in YAML 1.2 and Python (PyYAML's
@@ -38,9 +41,10 @@ def read_yaml(text: str) -> Any:
 
 
 SECTIONS = {"search": SearchConfig, "policy": PolicyConfig, "reward": RewardConfig, "data": DataConfig}
-TOP_LEVEL = ("output", "concurrency", "save_trees", "torch_threads", "num_threads", "policy_model_type", "reward_model_type")
+TOP_LEVEL = ("output", "concurrency", "save_trees", "torch_threads", "num_threads", "policy_model_type",
+             "reward_model_type", "no_effect")
 # The output file a recipe's `store_path` (a folder) gets.
-STORE_PATH_FILE = "results.jsonl"
+STORE_PATH_FILE = FOLDER_RESULTS_FILE
 
 
 def _build(cls, values: Mapping[str, Any], section: str | None):
@@ -80,8 +84,9 @@ def _split(raw: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str,
             for section, cls in SECTIONS.items():
                 for f in fields(cls):
                     names.setdefault(f.name, []).append(f"{section}.{f.name}")
-            names.update((n, [n]) for n in (*SECTIONS, *TOP_LEVEL, *ETS_KEY_ALIASES, *search_keys))
-            hint = did_you_mean(key, names, names)
+            names.update((n, [n]) for n in (*SECTIONS, *TOP_LEVEL, *ETS_KEY_ALIASES, *search_keys,
+                                            *sal_recipes.SAL_KEYS))
+            hint = sal_recipes.layout_hint(key) or did_you_mean(key, names, names)
             raise ConfigError(
                 f"unknown key {key!r}{hint}; use a section ({', '.join(SECTIONS)}), a search key "
                 f"({', '.join(sorted(search_keys))}), an ETS key ({', '.join(ETS_KEY_ALIASES)}) "
@@ -124,7 +129,7 @@ def merge_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
-    """Read a YAML config (or none: the defaults) and apply `key=value` overrides."""
+    """Read a YAML config (or none: the defaults) and apply `key=value` overrides over it."""
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -139,18 +144,45 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raw = dict(loaded or {})
         # Relative data / model paths in a config file are relative to the file.
         _resolve_relative(raw, path.parent)
-    return config_from_dict(merge_overrides(raw, overrides or []))
+    return config_from_dict(raw, overrides or [])
 
 
 def _resolve_relative(raw: dict[str, Any], base: Path) -> None:
-    for section, key in (("data", "path"), ("policy", "model"), ("reward", "model")):
-        value = raw.get(section, {}).get(key) if isinstance(raw.get(section), Mapping) else None
+    def resolved(value: Any) -> Any:
         if isinstance(value, str) and value.startswith(("./", "../")):
-            raw[section] = dict(raw[section])
-            raw[section][key] = str((base / value).resolve())
+            return str((base / value).resolve())
+        return value
+
+    for section, key in (("data", "path"), ("policy", "model"), ("reward", "model")):
+        if isinstance(raw.get(section), Mapping) and key in raw[section]:
+            raw[section] = {**raw[section], key: resolved(raw[section][key])}
+    for key in ("model_path", "prm_path"):  # search-and-learn's names for the two models
+        if key in raw:
+            raw[key] = resolved(raw[key])
 
 
-def config_from_dict(raw: Mapping[str, Any]) -> RunConfig:
+def config_from_dict(raw: Mapping[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """The config of a mapping (a config file's keys) with `key=value` overrides over it."""
+    layers = [dict(raw), merge_overrides({}, list(overrides))]
+    sal_layers = sal_recipes.take_keys(layers)  # search-and-learn's keys, out of each source
+    mine = [item for item in overrides if not _names_one_of(parse_override(item)[0], sal_layers[1])]
+    merged = _normalise(merge_overrides(layers[0], mine))
+    if any(sal_layers):
+        sal_recipes.apply(sal_layers, [_normalise(layer) for layer in layers], merged)
+    sections = {name: merged.pop(name) for name in SECTIONS}
+    apply_presets(sections, merged)
+    apply_model_presets(sections)
+    built = {name: _build(cls, sections[name], name) for name, cls in SECTIONS.items()}
+    return RunConfig(**built, **merged)
+
+
+def _names_one_of(path: list[str], keys: Mapping[str, Any]) -> bool:
+    return len(path) == 1 and path[0] in keys
+
+
+def _normalise(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A flat-or-sectioned mapping as its four sections (every one present) and top-level
+    keys, in one dict; `store_path` as the `output` it means."""
     raw = dict(raw)
     store_path = raw.pop("store_path", None)
     sections, top = _split(raw)
@@ -158,7 +190,4 @@ def config_from_dict(raw: Mapping[str, Any]) -> RunConfig:
         if not isinstance(store_path, str) or not store_path.strip():
             raise ConfigError(f"store_path: {store_path!r} must be a folder path (the ETS code's results folder)")
         top.setdefault("output", str(Path(store_path) / STORE_PATH_FILE))  # an explicit `output` wins
-    apply_presets(sections, top)
-    apply_model_presets(sections)
-    built = {name: _build(cls, sections[name], name) for name, cls in SECTIONS.items()}
-    return RunConfig(**built, **top)
+    return {**top, **sections}

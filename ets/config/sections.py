@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from ets.config.checks import ConfigError, choice, did_you_mean, integer, positive
@@ -49,6 +50,18 @@ COSTS = ("uniform", "tokens")
 # leaves (the paper's), or each kept leaf keeps its REBASE count and only the pruned
 # leaves' children are handed out again (a study of what the renormalisation costs)
 FINAL_PASSES = ("renormalise", "keep_counts")
+
+# search-and-learn's beam-search options and the methods that read them (a set value on
+# another method is an error: it would change nothing there).
+SEARCH_AND_LEARN_KEYS = {
+    "lookahead": ("beam", "dvts"),
+    "filter_duplicates": ("beam",),
+    "sort_completed": ("beam",),
+}
+
+# The results file a recipe's output folder gets (the ETS code's store_path,
+# search-and-learn's output_dir).
+FOLDER_RESULTS_FILE = "results.jsonl"
 
 # Keys of the ETS public code's hyperparameter files -> our field names.
 ETS_KEY_ALIASES = {
@@ -92,6 +105,10 @@ class SearchConfig:
     # How a trajectory's final answer is read (ANSWER_RULES, any order: precedence is fixed).
     # Default: all four; under compat: ets_code, all but last_number (MARKED_ANSWER_RULES).
     answer_extraction: list[str] | None = None
+    # search-and-learn's beam search (docs/search_and_learn.md):
+    lookahead: int = 0                # beam, dvts: each candidate is scored after this many more greedy steps
+    filter_duplicates: bool = False   # beam: a candidate whose trajectory text an earlier one has is not kept
+    sort_completed: bool = False      # beam: past W completed, the W best (by aggregation) vote, not all
 
     def __post_init__(self) -> None:
         self.method = METHOD_ALIASES.get(self.method, self.method)
@@ -128,6 +145,14 @@ class SearchConfig:
         choice("aggregation", self.aggregation, AGGREGATIONS)
         choice("vote", self.vote, VOTES)
         choice("compat", self.compat, COMPAT_MODES)
+        integer("lookahead", self.lookahead, 0)
+        for key in ("filter_duplicates", "sort_completed"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"{key}: {getattr(self, key)!r} must be true or false")
+        for key, readers in SEARCH_AND_LEARN_KEYS.items():
+            if getattr(self, key) and self.method not in readers:
+                raise ConfigError(f"{key}: {getattr(self, key)!r} is read by {' and '.join(readers)} only, not by "
+                                  f"method {self.method!r}; remove it or use method={readers[0]}")
         if isinstance(self.answer_markers, str):
             self.answer_markers = [self.answer_markers]
         if not isinstance(self.answer_markers, (list, tuple)) or not all(
@@ -300,6 +325,10 @@ class DataConfig:
     answer_field: str | None = None
     hf_name: str | None = None        # a `datasets` name, for machines with a hub
     hf_split: str = "test"
+    # A slice [start, end) of the problems in file order, before `limit`: the part of a
+    # dataset one job of an array searches (None: from the first, to the last).
+    start: int | None = None
+    end: int | None = None
     limit: int | None = None          # first N problems
 
     def __post_init__(self) -> None:
@@ -308,6 +337,29 @@ class DataConfig:
             raise ConfigError("data.format=fields needs data.question_field and data.answer_field")
         if self.limit is not None:
             integer("data.limit", self.limit, 1)
+        if self.start is not None:
+            integer("data.start", self.start, 0)
+        if self.end is not None:
+            integer("data.end", self.end, 1)
+            if self.end <= (self.start or 0):
+                raise ConfigError(f"data.end: {self.end} must be above data.start ({self.start or 0}): "
+                                  f"the slice [start, end) holds the problems start..end-1")
+
+    @property
+    def sliced(self) -> bool:
+        return self.start is not None or self.end is not None
+
+    def slice_label(self) -> str:
+        """`<start>-<end>` of a slice (`end` for a slice to the last problem), for file names."""
+        return f"{self.start or 0}-{'end' if self.end is None else self.end}"
+
+
+def sliced_output(output: str, label: str) -> str:
+    """`runs/r.jsonl` -> `runs/r.<label>.jsonl`; a name that carries the label already is kept."""
+    path = Path(output)
+    if path.stem.endswith(f".{label}"):
+        return output
+    return str(path.with_name(f"{path.stem}.{label}{path.suffix}"))
 
 
 @dataclass
@@ -327,9 +379,19 @@ class RunConfig:
     num_threads: int | None = None    # accepted, no effect here (the ETS code's SGLang client threads)
     policy_model_type: str | None = None   # a PRESETS row applied to the policy section
     reward_model_type: str | None = None   # a PRESETS row applied to the reward section
+    # Recipe keys accepted that do nothing here (search-and-learn's push_to_hub, ...), as
+    # given; `ets run` logs a line for each (ets/config/sal_recipes.py says why).
+    no_effect: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         integer("concurrency", self.concurrency, 1)
+        if not isinstance(self.no_effect, Mapping) or not all(isinstance(k, str) for k in self.no_effect):
+            raise ConfigError(f"no_effect: {self.no_effect!r} must be a mapping of key names to values")
+        self.no_effect = dict(self.no_effect)
+        if self.data.sliced:
+            # Each slice of a dataset writes its own file: the jobs of an array given one
+            # output run side by side (`ets eval` reads the files together).
+            self.output = sliced_output(self.output, self.data.slice_label())
         if self.num_threads is not None:
             integer("num_threads", self.num_threads, 1)
         if self.torch_threads is not None:

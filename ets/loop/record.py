@@ -4,7 +4,8 @@ Fields (documented for users in the README, "Output format"):
   id, question, ground_truth        the problem
   method, width, aggregation, vote  how it was searched and how the answer was chosen
   answer, correct                   the chosen answer and whether it is equivalent to the truth
-  trajectories                      every completed trajectory: steps, step_scores, answer,
+  trajectories                      every completed trajectory that answers (beam with
+                                    sort_completed: the W best): steps, step_scores, answer,
                                     answer_rule: the rule that read the answer (boxed,
                                     marker, hashes, last_number; null: none did, or the
                                     trajectory does not vote), tokens, finish: why it ended, one of
@@ -14,7 +15,9 @@ Fields (documented for users in the README, "Output format"):
                                                   (policy.max_context or max_position_embeddings)
                                       max_tokens  it generated max_tokens tokens
                                       max_depth   it took max_depth steps
-  generated_tokens                  tokens the policy generated for this problem (all nodes)
+  generated_tokens                  tokens the policy generated for this problem (all nodes,
+                                    and the lookahead rollouts')
+  lookahead_tokens                  only with search.lookahead: the rollouts' share of them
   prompt_tokens                     tokens of the prompt the search started from
   prompt_truncated_from             only when the prompt was cut to fit the model's context
                                     (policy.prompt_overflow=truncate): its length before
@@ -65,6 +68,7 @@ def result_record(
     strategy_metrics: dict[str, Any],
     save_tree: bool = False,
     kv_size_ref_steps: list[int] | None = None,
+    lookahead_tokens: int | None = None,
 ) -> dict[str, Any]:
     record = {
         "id": problem.id,
@@ -87,7 +91,8 @@ def result_record(
             }
             for node, answer, rule in zip(completed, answers, answer_rules)
         ],
-        "generated_tokens": sum(n.num_tokens for n in tree.nodes[1:]),
+        "generated_tokens": sum(n.num_tokens for n in tree.nodes[1:]) + (lookahead_tokens or 0),
+        **({} if lookahead_tokens is None else {"lookahead_tokens": lookahead_tokens}),
         "prompt_tokens": tree.root.num_tokens,
         "kv_size": sum(kv_size_steps),
         "kv_size_steps": kv_size_steps,

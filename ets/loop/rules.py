@@ -20,6 +20,8 @@ own included).
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ets.answers.extract import is_final_step, reference_final
 from ets.config import REFERENCE_PROMPT_TOKENS, SearchConfig
 from ets.tree import Node, kv_size
@@ -32,9 +34,14 @@ ROOT_KV_REF = REFERENCE_PROMPT_TOKENS
 def is_terminal(config: SearchConfig, parent: Node, text: str, finish: str) -> bool:
     """Whether a new step `text` under `parent` (the policy ended it with `finish`) ends
     its trajectory."""
+    return step_ends(config, text, finish, lambda: "".join(n.text for n in parent.path()))
+
+
+def step_ends(config: SearchConfig, text: str, finish: str, text_before: Callable[[], str]) -> bool:
+    """`is_terminal` for a step after any path: `text_before()` is the path's text before
+    the step, read by the ETS code's rule alone."""
     if config.ets_code:
-        path_text = "".join(n.text for n in parent.path()) + text
-        return reference_final(path_text, text)
+        return reference_final(text_before() + text, text)
     return finish == "eos" or is_final_step(text, config.answer_markers)
 
 
