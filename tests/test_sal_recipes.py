@@ -73,7 +73,9 @@ def test_each_recipe_loads_with_every_key_understood(name):
     s = c.search
     assert (s.method, s.width, s.fixed_width, s.max_step_tokens, s.max_tokens, s.max_depth) == (
         method, width, fixed, step, tokens, depth)
-    assert (s.temperature, s.top_p, s.seed, s.aggregation, s.lookahead) == (0.8, 1.0, 0, "last", 0)
+    # lookahead 1 (its default) ranks DVTS's candidates; its beam search scores no rollout
+    assert (s.temperature, s.top_p, s.seed, s.aggregation) == (0.8, 1.0, 0, "last")
+    assert s.lookahead == (1 if method == "dvts" else 0)
     assert (s.filter_duplicates, s.sort_completed, s.answer_markers) == (dedup, False, [])
     assert (c.policy.model, c.reward.model) == (model, prm)
     # the presets by model name see the recipe's models: the PRM's convention comes from prm_path
@@ -90,7 +92,7 @@ def test_a_recipe_runs_end_to_end_on_tiny_models(tmp_path, caplog):
     out = tmp_path / "results.jsonl"
     with caplog.at_level(logging.WARNING):
         assert main(["run", "--config", str(recipe("Llama-3.2-1B-Instruct/beam_search")),
-                     "--output", str(out), *TINY, "lookahead=1"]) == 0
+                     "--output", str(out), *TINY, "search.lookahead=1"]) == 0
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert (record["method"], record["width"]) == ("beam", 4)
     assert record["depth"] <= 2 and record["lookahead_tokens"] > 0   # num_iterations; the rollouts counted
@@ -155,12 +157,15 @@ def test_beam_width_is_the_children_of_each_kept_beam():
 def test_data_output_and_template_keys():
     c = config_from_dict(sal(dataset_name="AI-MO/aimo-validation-aime", dataset_split="train", dataset_start=50,
                              dataset_end=100, num_samples=5, output_dir="data/run", custom_chat_template="{{ x }}",
-                             system_prompt=None, agg_strategy="prod", lookahead=2))
+                             system_prompt=None, agg_strategy="prod", lookahead=2, approach="dvts"))
     assert (c.data.hf_name, c.data.hf_split, c.data.start, c.data.end, c.data.limit) == (
         "AI-MO/aimo-validation-aime", "train", 50, 100, 5)
     assert c.output == "data/run/results.50-100.jsonl"          # the output folder, one file per slice
     assert (c.policy.chat_template, c.policy.system_prompt) == ("{{ x }}", None)
     assert (c.search.aggregation, c.search.lookahead) == ("prod", 2)
+    # its beam search generates the rollouts but ranks by each candidate's own step
+    c = config_from_dict(sal(lookahead=2))
+    assert (c.search.lookahead, c.no_effect) == (0, {"lookahead": 2})
     # search-and-learn slices only with both ends
     c = config_from_dict(sal(dataset_start=50))
     assert (c.data.start, c.no_effect) == (None, {"dataset_start": 50})

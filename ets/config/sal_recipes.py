@@ -98,8 +98,11 @@ SAL_KEYS: dict[str, SalKey] = {
                          "search-and-learn reads it in beam_search and dvts only; method is {method}"),
     "num_iterations": SalKey({"best_of_n": None, OTHER: "search.max_depth"},
                              "search-and-learn's best_of_n generates each solution in one call, without steps"),
-    "lookahead": SalKey({"beam": "search.lookahead", "dvts": "search.lookahead", OTHER: None},
-                        "search-and-learn reads it in beam_search and dvts only; method is {method}"),
+    # its beam search generates the rollouts but scores each candidate's own step, so there
+    # lookahead changes no selection; its DVTS scores the rollouts, as search.lookahead does
+    "lookahead": SalKey({"dvts": "search.lookahead", OTHER: None},
+                        "search-and-learn's {method} does not rank candidates by a rollout (its beam search "
+                        "generates them and scores each candidate's own step; search.lookahead would rank by them)"),
     "filter_duplicates": SalKey({"beam": "search.filter_duplicates", OTHER: None},
                                 "search-and-learn reads it in beam_search only; method is {method}"),
     "sort_completed": SalKey({"beam": "search.sort_completed", OTHER: None},
@@ -123,7 +126,7 @@ SAL_DEFAULTS: dict[str, Any] = {
     "agg_strategy": "last",
     "beam_width": 4,
     "num_iterations": 40,
-    "lookahead": 0,
+    "lookahead": 1,
     "filter_duplicates": False,
     "sort_completed": False,
 }
