@@ -108,21 +108,28 @@ def model_preset(model: Any, kind: str) -> dict[str, Any] | None:
     return None
 
 
+def fill_under(sections: dict[str, dict[str, Any]], policy: Mapping[str, Any] | None = None,
+               reward: Mapping[str, Any] | None = None) -> None:
+    """Put a preset's policy keys and its reward (`name` and `options`) into the sections,
+    under the keys already there; the reward options only while reward.name is the
+    preset's (or not given): another reward's options would be unknown keys to it."""
+    if policy is not None:
+        sections["policy"] = {**policy, **sections["policy"]}
+    if reward is not None:
+        mine = sections["reward"]
+        if mine.get("name", reward["name"]) == reward["name"]:
+            options = mine.get("options") or {}
+            if not isinstance(options, Mapping):
+                raise ConfigError(f"reward.options must be a mapping of option names to values, got {options!r}")
+            sections["reward"] = {**mine, "name": reward["name"], "options": {**reward["options"], **options}}
+
+
 def apply_model_presets(sections: dict[str, dict[str, Any]]) -> None:
     """Fill the policy and reward sections from the rows their models match, under the keys
     already there (the user's, and an ETS model type's)."""
     policy_row = model_preset(sections["policy"].get("model"), "policy")
-    if policy_row is not None:
-        sections["policy"] = {**policy_row["policy"], **sections["policy"]}
     reward_row = model_preset(sections["reward"].get("model"), "reward")
-    if reward_row is not None:
-        mine = sections["reward"]
-        row = reward_row["reward"]
-        if mine.get("name", row["name"]) == row["name"]:
-            options = mine.get("options") or {}
-            if not isinstance(options, Mapping):
-                raise ConfigError(f"reward.options must be a mapping of option names to values, got {options!r}")
-            sections["reward"] = {**mine, "name": row["name"], "options": {**row["options"], **options}}
+    fill_under(sections, policy_row and policy_row["policy"], reward_row and reward_row["reward"])
 
 
 def model_preset_notes(config) -> list[str]:

@@ -7,10 +7,10 @@ the table (`preset_lines`); docs/FIDELITY.md says how each row was read from the
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from ets.config.checks import ConfigError, did_you_mean
-from ets.config.model_presets import SAL_SYSTEM_PROMPT
+from ets.config.model_presets import SAL_SYSTEM_PROMPT, fill_under
 
 
 # The system prompt the ETS code gives its instruction-tuned Llama policy (rebase.py):
@@ -78,14 +78,7 @@ def preset_lines() -> list[str]:
 
 def apply_presets(sections: dict[str, dict[str, Any]], top: dict[str, Any]) -> None:
     """Fill the policy and reward sections from the named presets, under the user's keys."""
-    if top.get("policy_model_type") is not None:
-        row = preset("policy_model_type", top["policy_model_type"])
-        sections["policy"] = {**row["policy"], **sections["policy"]}
-    if top.get("reward_model_type") is not None:
-        row = preset("reward_model_type", top["reward_model_type"])["reward"]
-        mine = sections["reward"]
-        if mine.get("name", row["name"]) == row["name"]:
-            options = mine.get("options") or {}
-            if not isinstance(options, Mapping):
-                raise ConfigError(f"reward.options must be a mapping of option names to values, got {options!r}")
-            sections["reward"] = {**mine, "name": row["name"], "options": {**row["options"], **options}}
+    policy = top.get("policy_model_type")
+    reward = top.get("reward_model_type")
+    fill_under(sections, preset("policy_model_type", policy)["policy"] if policy is not None else None,
+               preset("reward_model_type", reward)["reward"] if reward is not None else None)
