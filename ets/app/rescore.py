@@ -79,7 +79,7 @@ def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True
             seconds = time.perf_counter() - start
             if bar is not None:
                 bar.close()
-    return finish_summary(config.output, bool(new_records), lambda records: {
+    return finish_summary(config.output, writer.records, bool(new_records), lambda records: {
         **summarize(records, new_records, 0.0, None, reward), "rescored_from": str(source.resolve()),
         "rescore_seconds": None if seconds is None else round(seconds, 3)})
 
