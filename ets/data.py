@@ -30,6 +30,7 @@ from typing import Any, Iterable, Iterator, NamedTuple, TypeVar
 
 from ets.answers.extract import gsm8k_ground_truth, last_boxed
 from ets.config import DataConfig
+from ets.paths import special_kind
 
 
 T = TypeVar("T")
@@ -58,7 +59,7 @@ def as_problem(item: Problem | str | dict[str, Any], index: int) -> Problem:
     if isinstance(item, dict):
         question = item.get("question", item.get("problem"))
         if isinstance(question, str) and question.strip():
-            answer = item.get("answer")
+            answer = ground_truth(item.get("answer"), "answer", f"problem {index}")
             return Problem(id=str(item.get("id", item.get("unique_id", index))), question=question,
                            answer=None if answer is None else str(answer), raw=item)
     raise DataError(f"problem {index}: expected a Problem, a question string or a dict with a 'question' "
@@ -125,7 +126,7 @@ def _to_problem(record: Any, fmt: str, data: DataConfig, where: str) -> Problem:
             f"{where}: record has no field {', '.join(map(repr, missing))} (format {fmt}; its keys: "
             f"{', '.join(sorted(record)) or 'none'}); {hint}"
         )
-    question, answer = record[q_key], record[a_key]
+    question, answer = record[q_key], ground_truth(record[a_key], a_key, where)
     if fmt == "gsm8k":
         solution = str(answer)
         answer = gsm8k_ground_truth(solution)
@@ -136,6 +137,19 @@ def _to_problem(record: Any, fmt: str, data: DataConfig, where: str) -> Problem:
     if answer is None or (isinstance(answer, str) and not answer.strip()):
         raise DataError(f"{where}: field {a_key!r} is empty; every problem needs a ground-truth answer")
     return Problem(id=_record_id(raw, question), question=question, answer=str(answer).strip(), raw=raw)
+
+
+def ground_truth(value: Any, field: str, where: str) -> Any:
+    """A ground truth as the data gives it: a string or a number (graded as its text), or
+    null (refused below as missing). A list, an object or true/false is refused: the grader
+    compares one answer, and such a value could mean one answer (a tuple, an interval) or
+    several accepted ones; graded as its Python text it would match neither."""
+    if value is None or isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    kind = {list: "a JSON list", dict: "a JSON object", bool: "a JSON boolean"}.get(type(value), type(value).__name__)
+    raise DataError(f"{where}: field {field!r} is {kind}, {json.dumps(value)[:60]}, not a string or a number: a "
+                    "ground truth is one answer, written as a string (e.g. \"(1, 2)\" for a pair; a list of "
+                    "accepted answers is not supported)")
 
 
 def selected(items: Iterable[T], data: DataConfig, source: str) -> Iterator[T]:
@@ -178,6 +192,12 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
 
 def load_jsonl(data: DataConfig) -> list[Problem]:
     path = Path(data.path)
+    kind = special_kind(path)
+    if kind == "a folder":
+        raise DataError(f"data.path {str(path)!r} is a folder; set data.path to a JSONL file (one problem per line)")
+    if kind is not None:
+        raise DataError(f"data file {str(path)!r} is {kind}, not a regular file; save the problems to a JSONL "
+                        "file and set data.path to it")
     if not path.is_file():
         raise DataError(f"data file {str(path)!r} does not exist; set data.path to a JSONL file")
     try:

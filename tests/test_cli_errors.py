@@ -175,7 +175,7 @@ def test_output_folder_read_only(tmp_path, capsys):
 
 def test_output_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch):
     """What a read-only folder does to a process that os.access lets through (e.g. root
-    on some file systems): the lock file cannot be made."""
+    on some file systems): the results file cannot be made."""
     import ets.app.lock as lock
 
     def refuse(path, *args, **kwargs):

@@ -65,7 +65,7 @@ def test_a_problem_in_two_files_or_twice_in_one_is_refused(slices, tmp_path, cap
     both = tmp_path / "both.jsonl"                 # two outputs concatenated into one file
     both.write_text(a.read_text() + a.read_text())
     err = one_line_error(capsys, main(["eval", str(both)]))
-    assert f"records 1 and 3 both hold problem {first_id!r}" in err and str(both) in err
+    assert f"lines 1 and 3 both hold problem {first_id!r}" in err and str(both) in err
 
 
 def test_files_of_different_configs_are_refused_naming_the_keys(slices, tmp_path, capsys):

@@ -140,9 +140,8 @@ def test_demo_with_fewer_problems_is_refused_and_more_resume(tmp_path, capsys):
 HOLD = """
 import sys, time
 from pathlib import Path
-from ets.app.lock import OutputLock
-lock = OutputLock(Path(sys.argv[1]), "x")
-lock.acquire()
+from ets.app.lock import lock_results
+lock_results(Path(sys.argv[1]))
 print("locked", flush=True)
 time.sleep(120)
 """
@@ -150,33 +149,45 @@ time.sleep(120)
 
 def test_a_second_process_on_the_output_is_refused(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out) + ".lock"], stdout=subprocess.PIPE,
-                              text=True, cwd=ROOT)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert holder.stdout.readline().strip() == "locked"
         msg = refused(capsys, run_cli(out, "data.limit=1"))
         assert f"being written by process {holder.pid}" in msg
-        assert not out.exists()
+        assert out.read_bytes() == b""   # nothing written beside the holder
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
-    # The kernel dropped the dead process's lock: the stale lock file blocks nothing.
-    assert (tmp_path / "r.jsonl.lock").exists()
+    # The kernel dropped the dead process's lock: the empty file it left blocks nothing.
     assert run_cli(out, "data.limit=1") == 0
-    assert not (tmp_path / "r.jsonl.lock").exists()
+    assert len(ids(out)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.config.json", "r.jsonl", "r.summary.json"]
 
 
-def test_lock_released_while_another_process_waits_on_the_old_file(tmp_path):
-    from ets.app.lock import OutputLock
+def test_an_output_removed_by_its_holder_after_another_opened_it_is_opened_again(tmp_path, monkeypatch):
+    """A writer that wrote nothing removes the results file when it lets go; a process that
+    opened the file just before locks a file no longer at the path, and must open it again."""
+    from ets.app.lock import lock_results, same_file
+    from ets.app.writer import ResultsWriter
 
-    path = tmp_path / "r.jsonl.lock"
-    first = OutputLock(path, "r")
-    first.acquire()
-    first.release()
-    second = OutputLock(path, "r")
-    second.acquire()   # a fresh file, and the lock is on the file at the path
-    assert os.stat(path).st_ino == os.fstat(second._fd).st_ino
-    second.release()
+    path = tmp_path / "r.jsonl"
+    ResultsWriter(path).close()
+    assert not path.exists()           # an output left empty leaves nothing behind
+
+    real_open, opened = os.open, []
+
+    def open_then_removed(name, *args, **kwargs):
+        fd = real_open(name, *args, **kwargs)
+        if not opened:
+            os.unlink(name)            # the holder lets go between this open and the lock
+        opened.append(fd)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_removed)
+    fd = lock_results(path)
+    monkeypatch.undo()
+    assert len(opened) == 2 and same_file(path, fd)
+    os.close(fd)
 
 
 def test_model_fingerprints(tmp_path):

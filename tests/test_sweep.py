@@ -228,7 +228,7 @@ def test_workers_end_when_the_sweep_driver_is_killed(tmp_path):
     import sys
     import time
 
-    from ets.app.lock import OutputLock
+    from ets.app.lock import lock_results
 
     demo = Path(__file__).resolve().parents[1] / "ets" / "demo" / "demo.yaml"
     out = tmp_path / "sw"
@@ -238,7 +238,7 @@ def test_workers_end_when_the_sweep_driver_is_killed(tmp_path):
     workers: list[int] = []
     try:
         deadline = time.time() + 120
-        while len(list(out.glob("*.jsonl.lock"))) < 2:   # both runs are searching
+        while len(list(out.glob("*.jsonl"))) < 2:   # both runs hold their outputs
             assert driver.poll() is None and time.time() < deadline, "the runs did not start"
             time.sleep(0.2)
         workers = _children(driver.pid)
@@ -254,6 +254,5 @@ def test_workers_end_when_the_sweep_driver_is_killed(tmp_path):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
         driver.wait()
-    for lock in out.glob("*.jsonl.lock"):
-        with OutputLock(lock, lock.with_suffix("")):  # free: nobody writes there any more
-            pass
+    for results in out.glob("*.jsonl"):
+        os.close(lock_results(results))  # free: nobody writes there any more

@@ -10,10 +10,12 @@
     at_n.py         `ets eval --at-n`: accuracy with n of each problem's trajectories, three choices
     at_n_plot.py    its plot (PNG and PDF)
     report.py       Markdown / CSV tables and the plots
-    jsonl.py        the resumable results file (append, flush, torn-line recovery)
+    jsonl.py        reading results files (torn last line, corrupt lines named)
+    writer.py       the resumable results file: one synced line per problem, kept in place
+    records.py      what eval, compare, diagnose and rescore need of each record
     output.py       opening an output: path checks, resume or refuse, --overwrite, atomic writes
     provenance.py   the resolved config beside the results (<name>.config.json), compared on rerun
-    lock.py         one writer per output (flock on <output>.lock)
+    lock.py         one writer per output (flock on the results file itself)
     distributed.py  `--workers N`: the driver that shards problems over Ray actors
     worker.py       one such actor: its own policy, reward model and strategy
     ets_results.py  reading the ETS public code's answers.json files into our records

@@ -433,7 +433,7 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
                     driver.stop()
                 extra = driver.summary()
     worked = bool(new_records or extra.get("workers", {}).get("failed"))
-    return finish_summary(config.output, worked,
+    return finish_summary(config.output, writer.records, worked,
                           lambda records: {**summarize(records, new_records, elapsed, None, None), **extra})
 
 

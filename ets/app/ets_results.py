@@ -69,14 +69,31 @@ def _convert(record: Any, where: str) -> dict[str, Any]:
     }
 
 
+def _looks_like_jsonl(text: str) -> bool:
+    """Whether `text` begins with a whole line that is a JSON object of `ets run`."""
+    first = text.split("\n", 1)[0]
+    try:
+        record = json.loads(first)
+    except ValueError:
+        return False
+    return "\n" in text and isinstance(record, dict) and "trajectories" in record
+
+
 def load_ets_public_results(path: str | Path) -> list[dict[str, Any]]:
     """Records of an ETS public-code `answers.json` (a list) or `answer_q{id}.json` (one)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"results file {str(path)!r} does not exist; pass the ETS run's answers.json")
+    text = ""
     try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        loaded = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        if _looks_like_jsonl(text):
+            raise DataError(f"{path} holds one result per line (JSONL), as `ets run` writes, not the ETS code's "
+                            f"answers.json, which is what a .json file is read as; rename it "
+                            f"{path.with_suffix('.jsonl').name} (its config and summary keep their names) "
+                            "and evaluate that") from None
         raise DataError(f"{path}: not a JSON file ({exc}); pass the ETS run's answers.json") from None
     records = loaded if isinstance(loaded, list) else [loaded]
     if not records:

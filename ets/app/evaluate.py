@@ -11,32 +11,38 @@ from typing import Any
 
 from ets.answers.aggregate import choose_answer
 from ets.answers.grading import is_equivalent
-from ets.app.jsonl import read_records
+from ets.app.jsonl import numbered_records
+from ets.app.records import EVAL, Needs, records_problem
+from ets.paths import special_kind
 
 
 class EvalError(ValueError):
     """A results file cannot be evaluated; the message names the file and the fix."""
 
 
-def load_results(path: str | Path) -> list[dict[str, Any]]:
-    """Records with `ground_truth` and `trajectories` (`answer`, `step_scores`)."""
+def load_results(path: str | Path, needs: Needs = EVAL) -> list[dict[str, Any]]:
+    """The records of a results file (`ets run`'s JSONL, or the ETS code's answers.json),
+    each holding the fields `needs` names (ets/app/records.py), each problem once."""
     path = Path(path)
     if not path.is_file():
-        raise EvalError(f"results file {str(path)!r} does not exist; pass the output of `ets run`")
+        kind = special_kind(path)
+        what = "does not exist" if kind is None else f"is {kind}, not a results file"
+        raise EvalError(f"results file {str(path)!r} {what}; pass the output of `ets run`")
     if path.suffix == ".json":
         from ets.app.ets_results import load_ets_public_results
 
-        return load_ets_public_results(path)
-    try:
-        records = read_records(path)
-    except ValueError as exc:
-        raise EvalError(str(exc)) from exc
-    if not records:
+        numbered, unit = list(enumerate(load_ets_public_results(path))), "record"
+    else:
+        try:
+            numbered, unit = numbered_records(path), "line"
+        except ValueError as exc:
+            raise EvalError(str(exc)) from exc
+    if not numbered:
         raise EvalError(f"results file {str(path)!r} holds no results; is the run still starting, or did it write elsewhere?")
-    for i, r in enumerate(records, 1):
-        if "trajectories" not in r or "ground_truth" not in r:
-            raise EvalError(f"{path}: record {i} has no 'trajectories'/'ground_truth'; is this an `ets run` output?")
-    return records
+    why = records_problem(numbered, str(path), needs, unit)
+    if why is not None:
+        raise EvalError(why)
+    return [record for _, record in numbered]
 
 
 def evaluate(records: list[dict[str, Any]], aggregation: str, vote: str, *,

@@ -51,16 +51,11 @@ def load_merged(paths: Sequence[str | Path]) -> MergedRun:
     where: dict[Any, str] = {}   # problem id -> the file it is in
     records: list[dict[str, Any]] = []
     for file in files:
-        loaded = load_results(file)
-        seen: dict[Any, int] = {}
-        for i, record in enumerate(loaded, 1):
+        loaded = load_results(file)  # each problem once in it
+        for record in loaded:
             pid = record.get("id")
             if pid is None:
                 continue
-            if pid in seen:
-                raise EvalError(f"{file}: records {seen[pid]} and {i} both hold problem {pid!r} (two outputs "
-                                f"concatenated?); keep one record per problem, or pass the outputs as separate files")
-            seen[pid] = i
             if pid in where:
                 raise EvalError(f"problem {pid!r} is in both {where[pid]} and {file}; pass slices that do not "
                                 "overlap, each problem in one file")

@@ -6,38 +6,41 @@
 
 For an output `runs/r.jsonl`:
 
-    runs/r.jsonl           the results, one line per problem (ets/app/jsonl.py)
+    runs/r.jsonl           the results, one line per problem (ets/app/writer.py), locked
+                           while a process writes them (ets/app/lock.py)
     runs/r.config.json     what made them (ets/app/provenance.py), written with the first result
     runs/r.summary.json    accuracy and throughput (ets/app/run.py), rebuilt if unreadable
-    runs/r.jsonl.lock      held while a process writes the results (ets/app/lock.py)
 
-Opening, in order: the path is checked (not a folder, its parent a writable folder), the
-provenance is computed (a missing model path fails here), the lock is taken, the results
-are read (a corrupt line fails here), and a non-empty output made by another config, or
-holding problems this run does not select, is refused naming what differs. Nothing is
-created before all that passes but the lock file, which goes with the lock; folders made
-for the output are removed again if no result was written.
+An output's name ends in `.jsonl`, and the files beside it are named from the part before:
+so no two outputs share a config or a summary (`exp` and `exp.jsonl` would both have
+`exp.config.json`), and `ets eval`, which reads a `.json` file as the ETS code's
+answers.json, never mistakes a results file for one.
+
+Opening, in order: the path is checked (a `.jsonl` name, not a folder, a FIFO or a device,
+its parent a writable folder), the provenance is computed (a missing model path fails
+here), the results file is locked (made empty if missing), its records read (a corrupt
+line fails here), and a non-empty output made by another config, or holding problems this
+run does not select, is refused naming what differs. A results file left empty is removed
+again on closing, and so are folders made for it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ets.app.jsonl import ResultsWriter, read_resumable
-from ets.app.lock import OutputLock
 from ets.app.provenance import check_records, describe, differences
-from ets.config import ConfigError, RunConfig
+from ets.app.writer import OutputError, ResultsWriter
+from ets.config import RunConfig
 from ets.data import Problem
+from ets.paths import special_kind
 
 WAY_OUT = "write to a new output (--output PATH) or pass --overwrite to start it afresh"
-
-
-class OutputError(ConfigError):
-    """An output cannot be used as asked; the message names it and the way out."""
+SUFFIX = ".jsonl"
 
 
 def summary_path(output: str | Path) -> Path:
@@ -48,11 +51,6 @@ def summary_path(output: str | Path) -> Path:
 def config_path(output: str | Path) -> Path:
     output = Path(output)
     return output.with_name(output.stem + ".config.json")
-
-
-def lock_path(output: str | Path) -> Path:
-    output = Path(output)
-    return output.with_name(output.name + ".lock")
 
 
 @contextmanager
@@ -67,14 +65,9 @@ def open_output(config: RunConfig, problems: Sequence[Problem], *, overwrite: bo
     made["recorded"].update(recorded or {})
     created = _make_parents(output.parent)
     try:
-        with _locked(output):
-            if overwrite:
-                clear(output)
-            writer = ResultsWriter(output, on_create=lambda: write_json_atomic(config_path(output), made))
-            if writer.records:
-                check_compatible(output, writer.records, problems, made, way_out)
-            with writer:
-                yield writer
+        with _writer(output, lambda: write_json_atomic(config_path(output), made), overwrite) as writer:
+            _resume_or_clear(output, writer, problems, made, way_out, overwrite)
+            yield writer
     finally:
         if not output.exists():
             for folder in reversed(created):
@@ -92,16 +85,21 @@ def check_outputs(configs: Sequence[RunConfig], problems: Sequence[Problem], *, 
         check_output_path(Path(config.output))
     for config in configs:
         output = Path(config.output)
-        made = describe(config)
         if not output.parent.is_dir():
             continue  # nothing there yet
-        with _locked(output):
-            if overwrite:
-                clear(output)
-                continue
-            records = read_resumable(output)
-            if records:
-                check_compatible(output, records, problems, made, way_out)
+        with _writer(output, None, overwrite) as writer:
+            _resume_or_clear(output, writer, problems, describe(config), way_out, overwrite)
+
+
+def _resume_or_clear(output: Path, writer: ResultsWriter, problems: Sequence[Problem], made: dict[str, Any],
+                     way_out: str, overwrite: bool) -> None:
+    """With `overwrite` (the writer emptied the results), the files beside them removed;
+    else results made by another config, or of other problems, refused."""
+    if overwrite:
+        for path in (summary_path(output), config_path(output)):
+            path.unlink(missing_ok=True)
+    elif writer.records:
+        check_compatible(output, writer.records, problems, made, way_out)
 
 
 def check_compatible(output: Path, records: Sequence[dict[str, Any]], problems: Sequence[Problem],
@@ -119,9 +117,27 @@ def check_compatible(output: Path, records: Sequence[dict[str, Any]], problems: 
 
 
 def check_output_path(output: Path) -> None:
-    """A results path must be a file in a writable folder; checked before anything is made."""
-    if output.is_dir():
+    """A results path must name a regular file ending in .jsonl, in a writable folder, with
+    nothing but files where its config and summary go; checked before anything is made."""
+    kind = special_kind(output)
+    if kind is None and output.absolute().parts[1:2] in (("dev",), ("proc",)):
+        kind = "a device or a process's stream"  # /dev/stdout redirected to a file is a regular file
+    if kind == "a folder":
         raise OutputError(f"output {str(output)!r} is a folder; give a file, e.g. {str(output / 'results.jsonl')!r}")
+    if kind is not None:
+        raise OutputError(f"output {str(output)!r} is {kind}, not a regular file: results are written to a file "
+                          "that a rerun resumes; give a file path ending in .jsonl (and read it with ets eval)")
+    if not output.name.endswith(SUFFIX) or output.name == SUFFIX:
+        stem = re.sub(r"\.jsonl?$", "", output.name, flags=re.IGNORECASE) or "results"
+        old = (f"; an existing {output.name} of an earlier ets resumes once renamed {stem}{SUFFIX}"
+               if output.is_file() else "")
+        raise OutputError(f"output {str(output)!r}: name it with the .jsonl suffix, e.g. "
+                          f"{str(output.with_name(stem + SUFFIX))!r} (its config and summary are named from the "
+                          f"part before it, and ets eval reads a .json file as the ETS code's answers.json){old}")
+    for side in (config_path(output), summary_path(output)):
+        if (kind := special_kind(side)) is not None:
+            raise OutputError(f"output {str(output)!r}: {str(side)!r} beside it is {kind}, where its "
+                              f"{side.name.split('.')[-2]} record goes; remove it or choose another output path")
     folder = output.parent
     while not folder.exists():
         folder = folder.parent
@@ -130,11 +146,6 @@ def check_output_path(output: Path) -> None:
     if not os.access(folder, os.W_OK | os.X_OK) or (output.exists() and not os.access(output, os.W_OK)):
         where = output if output.exists() else folder
         raise OutputError(f"output {str(output)!r}: {str(where)!r} is read-only; choose another output path")
-
-
-def clear(output: Path) -> None:
-    for path in (output, summary_path(output), config_path(output)):
-        path.unlink(missing_ok=True)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -153,26 +164,29 @@ def write_json_atomic(path: Path, value: Any) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write to a temporary file and rename it over `path`: a reader sees the old file or
-    the new one, never a truncated one."""
+    the new one, never a truncated one. A write that fails (a full disk) removes the
+    temporary file and raises its OSError naming `path`."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 @contextmanager
-def _locked(output: Path) -> Iterator[None]:
+def _writer(output: Path, on_create, overwrite: bool) -> Iterator[ResultsWriter]:
     try:
-        lock = OutputLock(lock_path(output), output)
-        lock.acquire()
+        writer = ResultsWriter(output, on_create, overwrite=overwrite)
     except OSError as exc:  # e.g. read-only for root-less checks that os.access missed
-        raise OutputError(f"output {str(output)!r}: cannot write there ({exc.strerror}); choose another output path") from None
-    try:
-        yield
-    finally:
-        lock.release()
+        raise OutputError(f"output {str(output)!r}: cannot write there ({exc.strerror}); "
+                          "choose another output path") from None
+    with writer:
+        yield writer
 
 
 def _make_parents(folder: Path) -> list[Path]:

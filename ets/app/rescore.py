@@ -29,9 +29,10 @@ from typing import Any, Sequence
 from ets.answers.aggregate import choose_answer
 from ets.answers.extract import NOT_FOUND, extract
 from ets.answers.grading import is_equivalent
-from ets.app.jsonl import read_records
+from ets.app.evaluate import load_results
 from ets.app.output import OutputError, config_path, open_output, read_json
 from ets.app.provenance import describe, differences
+from ets.app.records import RESCORE
 from ets.app.run import finish_summary, summarize
 from ets.config import ConfigError, RunConfig
 from ets.data import Problem
@@ -79,7 +80,7 @@ def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True
             seconds = time.perf_counter() - start
             if bar is not None:
                 bar.close()
-    return finish_summary(config.output, bool(new_records), lambda records: {
+    return finish_summary(config.output, writer.records, bool(new_records), lambda records: {
         **summarize(records, new_records, 0.0, None, reward), "rescored_from": str(source.resolve()),
         "rescore_seconds": None if seconds is None else round(seconds, 3)})
 
@@ -131,10 +132,7 @@ def _source_records(source: Path, config: RunConfig) -> list[dict[str, Any]]:
     if changed:
         raise ConfigError(f"rescore: the config differs from the one that drew {str(source)!r}'s samples "
                           f"({'; '.join(changed)}); only the reward and the vote may change")
-    records = read_records(source)
-    if not records:
-        raise ConfigError(f"rescore: {str(source)!r} holds no results")
-    return records
+    return load_results(source, RESCORE)
 
 
 def _progress(total: int, done: int, show: bool):

@@ -10,6 +10,10 @@ import re
 from typing import Sequence
 
 from ets.app.evaluate import EvalError, load_results
+from ets.app.records import COMPARE, DIAGNOSE
+
+# What each command reads of every record (ets/app/records.py).
+NEEDS = {"compare": COMPARE, "diagnose": DIAGNOSE}
 
 
 def _jsonl_only(command: str, paths: Sequence[str], why: str) -> None:
@@ -32,7 +36,7 @@ def load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, s
         if not seeds and not os.path.exists(path) and not path.endswith(".jsonl"):
             raise EvalError(f"{path!r} is neither a results file nor a sweep's run with seed files "
                             f"{path}_s<seed>.jsonl; pass the output of `ets run` or `ets sweep --seeds`")
-        records = [load_results(file) for file in (seeds.values() if seeds else [path])]
+        records = [load_results(file, NEEDS[command]) for file in (seeds.values() if seeds else [path])]
         seeds_text = ""
         if seeds:
             counts = [len(r) for r in records]

@@ -2,7 +2,7 @@
 
     summary = run(load_config("configs/tiny.yaml", ["width=8"]))
 
-The output JSONL is resumable (ets/app/jsonl.py): problems already in it are skipped, and the
+The output JSONL is resumable (ets/app/writer.py): problems already in it are skipped, and the
 summary (accuracy, throughput, KV figures) is written next to it as `<name>.summary.json`.
 """
 
@@ -17,9 +17,9 @@ from ets.config import RunConfig, model_preset_notes
 from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
-from ets.app.jsonl import read_records
 from ets.app.paired import correct_by_problem
-from ets.app.output import open_output, read_json, summary_path, write_json_atomic
+from ets.app.output import OutputError, check_output_path, open_output, read_json, summary_path, write_json_atomic
+from ets.app.writer import FULL
 from ets.policy.base import Policy
 from ets.policy.build import build_policy
 from search import build as build_strategy
@@ -89,22 +89,26 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
                 elapsed = time.perf_counter() - start
             if bar is not None:
                 bar.close()
-    return finish_summary(config.output, bool(new_records), lambda records: {
+    return finish_summary(config.output, writer.records, bool(new_records), lambda records: {
         **summarize(records, new_records, elapsed, policy, reward), **(run_stats._asdict() if run_stats else {})})
 
 
-def finish_summary(output, worked: bool, build) -> dict[str, Any]:
-    """The summary a run returns and writes beside `output`: after work (`worked`),
-    `build(records)` over every record of the file; when nothing was done, the stored one,
-    which keeps the throughput measured when the work was done (an empty or truncated one
-    is rebuilt, its throughput unknown)."""
-    records = read_records(output)
+def finish_summary(output, records: list[dict[str, Any]], worked: bool, build) -> dict[str, Any]:
+    """The summary a run returns and writes beside `output`, whose `records` are those the
+    writer holds (all of the file's): after work (`worked`), `build(records)`; when nothing
+    was done, the stored one, which keeps the throughput measured when the work was done
+    (an empty or truncated one is rebuilt, its throughput unknown)."""
     stored = summary_path(output)
     kept = None if worked else read_json(stored)
     if kept is not None:
         return kept_summary(kept, records)
     summary = build(records)
-    write_json_atomic(stored, summary)
+    try:
+        write_json_atomic(stored, summary)
+    except OSError as exc:
+        raise OutputError(f"cannot write {exc.filename} ({exc.strerror}); the {len(records)} results in {output} "
+                          "are complete, and rerunning the same command writes the summary"
+                          + (" once there is free space" if exc.errno in FULL else "")) from None
     return summary
 
 
@@ -131,7 +135,8 @@ def inert_keys_notes(config: RunConfig) -> list[str]:
 
 def check_config(config: RunConfig) -> str:
     """`ets run --check`: validate what can be validated without loading a model or
-    searching (the strategy, the reward's name and options, the model paths, the data),
+    searching (the strategy, the output's path, the reward's name and options, the model
+    paths, the data),
     and return the resolved settings as YAML, notes as `#` lines. Raises the error a run
     would raise."""
     import yaml
@@ -141,6 +146,7 @@ def check_config(config: RunConfig) -> str:
     from rewards.registry import resolve_reward
 
     build_strategy(config.search)
+    check_output_path(Path(config.output))
     obj = resolve_reward(config.reward.name)
     if hasattr(obj, "Options") and hasattr(obj, "from_config"):
         parse_options(obj.Options, config.reward.options, config.reward.name)

@@ -272,7 +272,7 @@ def _set_up_worker(driver: int) -> None:
     process once the driver is gone. A driver killed on its own (SIGTERM from a scheduler,
     SIGKILL) does not take its workers with it, and a worker in the middle of a run would go
     on searching, burning the CPU and holding the run's output lock, so that the resumed
-    sweep finds its output "in use". Its records so far are whole lines (ets/app/jsonl.py
+    sweep finds its output "in use". Its records so far are whole lines (ets/app/writer.py
     drops a torn tail), so the resumed run loses nothing."""
     import threading
     import time
