@@ -25,8 +25,8 @@ def test_policy_vllm_options_from_yaml_and_overrides(tmp_path):
 
 @pytest.mark.parametrize("options, words", [
     ({"tensor_paralel_size": 2}, ["unknown key policy.vllm.tensor_paralel_size", "tensor_parallel_size"]),
-    ({"block_size": "32"}, ["policy.vllm.block_size", "must be int"]),
-    ({"enforce_eager": 1}, ["policy.vllm.enforce_eager", "bool"]),
+    ({"block_size": "32"}, ["policy.vllm.block_size", "must be an integer"]),
+    ({"enforce_eager": 1}, ["policy.vllm.enforce_eager", "must be true or false"]),
     ({"max_num_seqs": True}, ["policy.vllm.max_num_seqs", "int"]),
 ])
 def test_bad_vllm_options_are_one_line_errors(options, words):

@@ -19,8 +19,8 @@ logged) and `--log-level DEBUG|INFO|WARNING|ERROR`. `run`, `sweep` and `demo` re
 output when rerun with the same config, refuse an output made by another config (naming
 the keys that differ), and take `--overwrite` to start it afresh.
 
-Every error a user can cause (bad config, data, model path, reward, output) ends as one
-line `ets: error: ...` and exit code 2; nothing already written is lost or corrupted.
+Every error a user can cause (bad arguments, config, data, model path, reward, output) ends
+as one line `ets: error: ...` and exit code 2; nothing already written is lost or corrupted.
 Only the project's own error types are caught: anything else is a bug and keeps its
 traceback.
 """
@@ -33,7 +33,7 @@ import json
 import logging
 import os
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 # Before torch loads: idle OpenMP threads sleep instead of spinning. On a CPU shared with
 # other work, spinning threads make every op wait on a descheduled one: two searches of 2
@@ -316,6 +316,21 @@ def _distinct(values: Sequence, flag: str) -> list:
     return list(values)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors (a missing --config, an unknown flag, a bad number)
+    are the project's one line, without argparse's usage block; its subcommands' parsers
+    are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(self.prog, message)
+
+
+def usage_error(prog: str, message: str) -> NoReturn:
+    """`ets: error: MESSAGE (see PROG --help)` and exit code 2, as argparse exits (SystemExit)."""
+    print(f"ets: error: {' '.join(message.split())} (see {prog} --help)", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _common(quiet_help: str) -> argparse.ArgumentParser:
     """--quiet and --log-level, accepted before or after the command name."""
     p = argparse.ArgumentParser(add_help=False)
@@ -326,7 +341,7 @@ def _common(quiet_help: str) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ets", parents=[_common("no progress bars, only errors logged")],
+    parser = _Parser(prog="ets", parents=[_common("no progress bars, only errors logged")],
                                      description="Tree-search test-time compute (best-of-N, beam, DVTS, REBASE, ETS).")
     parser.add_argument("--version", action="version", version=f"ets {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -347,8 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", parents=[common, overwrite, distributed],
                        help="every method on the bundled demo models and task; prints one table")
     # docs/RESULTS.md has W=64 on more problems.
-    p.add_argument("--width", type=int, default=8, help="search width W (default 8)")
-    p.add_argument("--problems", type=int, default=10, help="demo test problems to search (default 10)")
+    p.add_argument("--width", type=_positive, default=8, help="search width W (default 8)")
+    p.add_argument("--problems", type=_positive, default=10, help="demo test problems to search (default 10)")
     p.add_argument("--out", default="ets-demo",
                    help="output folder (default ./ets-demo); rerun with the same options to resume")
     p.add_argument("--methods", default="best_of_n,beam,dvts,rebase,ets", help="comma-separated methods")
@@ -499,7 +514,9 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # named with the command they were given to
+        usage_error(f"ets {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
     args.quiet = getattr(args, "quiet", False)
     configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command not in ("eval", "compare", "diagnose", "presets"))
     try:

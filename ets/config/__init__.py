@@ -26,17 +26,18 @@ search-and-learn's recipes (`approach`, `n`, `model_path`, ...) are read as they
 (sal_recipes.py, docs/search_and_learn.md): each key mapped to ours or named as having no
 effect (`RunConfig.no_effect`), its defaults under the recipe's keys.
 
-    checks.py    ConfigError and the shared value checks
+    checks.py    ConfigError and the shared value checks (each field against its annotation)
     sections.py  the dataclasses, their allowed values and defaults
     presets.py   the ETS code's model conventions (PRESETS)
     model_presets.py  presets by model name (MODEL_PRESETS): Qwen2.5-Math, Llama 3, the PRMs
     sal_recipes.py  search-and-learn's keys, defaults and fixed choices (SAL_KEYS)
+    yaml_input.py  YAML read as a user means it: YAML 1.2 numbers, no key twice, aliases bounded
     loading.py   YAML files, overrides, the recipes' layouts -> RunConfig
 """
 
 from ets.config.checks import ConfigError
 from ets.config.loading import (SECTIONS, STORE_PATH_FILE, TOP_LEVEL, config_from_dict, load_config,
-                                merge_overrides, parse_override, read_yaml)
+                                merge_overrides, parse_override)
 from ets.config.model_presets import (MODEL_PRESETS, SAL_SYSTEM_PROMPT, model_preset, model_preset_keys,
                                       model_preset_notes, model_preset_table)
 from ets.config.presets import LLAMA_SYSTEM_PROMPT, PRESETS, apply_presets, preset_lines
@@ -44,6 +45,7 @@ from ets.config.sections import (AGGREGATIONS, ANSWER_RULES, COMPAT_MODES, COSTS
                                  MARKED_ANSWER_RULES, METHOD_ALIASES, POLICY_BACKENDS, PROJECT,
                                  REFERENCE_ANSWER_PHRASES, REFERENCE_PROMPT_TOKENS, VLLM_OPTIONS, VOTES, DataConfig,
                                  PolicyConfig, RewardConfig, RunConfig, SearchConfig)
+from ets.config.yaml_input import read_yaml
 
 __all__ = [
     "AGGREGATIONS", "ANSWER_RULES", "COMPAT_MODES", "COSTS", "ETS_CODE", "ETS_KEY_ALIASES", "LLAMA_SYSTEM_PROMPT",

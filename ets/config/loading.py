@@ -10,7 +10,6 @@ ets/config/sal_recipes.py.
 
 from __future__ import annotations
 
-import re
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -18,26 +17,12 @@ from typing import Any, Mapping
 import yaml
 
 from ets.config import sal_recipes
-from ets.config.checks import ConfigError, did_you_mean
+from ets.config.checks import ConfigError, did_you_mean, shown
 from ets.config.model_presets import apply_model_presets
 from ets.config.presets import apply_presets
 from ets.config.sections import (ETS_KEY_ALIASES, FOLDER_RESULTS_FILE, DataConfig, PolicyConfig, RewardConfig,
                                  RunConfig, SearchConfig)
-
-class _YAMLLoader(yaml.SafeLoader):
-    """YAML as a user writes it: `1e-6` is a float, as in YAML 1.2 and Python (PyYAML's
-    YAML 1.1 rules read a float without a dot as text)."""
-
-
-_YAMLLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
-    list("-+0123456789."),
-)
-
-
-def read_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_YAMLLoader)
+from ets.config.yaml_input import RefusedYAML, problem, read_yaml
 
 
 SECTIONS = {"search": SearchConfig, "policy": PolicyConfig, "reward": RewardConfig, "data": DataConfig}
@@ -56,10 +41,7 @@ def _build(cls, values: Mapping[str, Any], section: str | None):
             hint = did_you_mean(key, known, {k: [where + k] for k in known})
             raise ConfigError(f"unknown key {where + str(key)!r}{hint}; "
                               f"known keys: {', '.join(sorted(known))}{extra}")
-    try:
-        return cls(**values)
-    except TypeError as exc:  # e.g. a list where a number was expected
-        raise ConfigError(f"{section or 'config'}: {exc}") from exc
+    return cls(**values)  # each section checks its values' types itself (check_fields)
 
 
 def _split(raw: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
@@ -100,32 +82,44 @@ def _split(raw: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str,
 def parse_override(item: str) -> tuple[list[str], Any]:
     """`a.b=value` -> (['a', 'b'], parsed value); values are parsed as YAML scalars."""
     if "=" not in item:
-        raise ConfigError(f"override {item!r} must look like key=value (e.g. width=32 or policy.model=PATH)")
+        raise ConfigError(f"override {shown(item)} must look like key=value (e.g. width=32 or policy.model=PATH)")
     key, _, text = item.partition("=")
     try:
         value = read_yaml(text) if text != "" else ""
     except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"override {item!r}: the value is not valid YAML ({problem}); "
+        raise ConfigError(f"override {shown(item)}: the value is not valid YAML ({problem(exc, where=False)}); "
                           f"quote it, e.g. {key.strip()}='...'") from None
     return key.strip().split("."), value
 
 
+# The mappings inside a section that `SECTION.NAME.key=value` sets a key of.
+NESTED = {("reward", "options"), ("policy", "vllm"), ("policy", "chat_template_kwargs")}
+
+
 def merge_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    raw = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in raw.items()}
+    """`raw` (left as it is) with each `key=value` override set in it."""
+    raw = dict(raw)
     for item in overrides:
         path, value = parse_override(item)
-        if len(path) == 1:
-            raw[path[0]] = value
-        elif len(path) == 2 and path[0] in SECTIONS:
-            raw.setdefault(path[0], {})[path[1]] = value
-        elif len(path) == 3 and path[0] == "reward" and path[1] == "options":
-            raw.setdefault("reward", {}).setdefault("options", {})[path[2]] = value
-        elif len(path) == 3 and path[0] == "policy" and path[1] in ("vllm", "chat_template_kwargs"):
-            raw.setdefault("policy", {}).setdefault(path[1], {})[path[2]] = value
-        else:
-            raise ConfigError(f"override {item!r}: use key=value or SECTION.key=value with SECTION in {', '.join(SECTIONS)}")
+        if not (len(path) == 1 or (len(path) == 2 and path[0] in SECTIONS) or (len(path) == 3 and tuple(path[:2]) in NESTED)):
+            raise ConfigError(f"override {shown(item)}: use key=value or SECTION.key=value with SECTION in {', '.join(SECTIONS)}")
+        _mapping_at(raw, path[:-1], item)[path[-1]] = value
     return raw
+
+
+def _mapping_at(tree: dict[str, Any], path: list[str], item: str) -> dict[str, Any]:
+    """The mapping at `path` in `tree` that override `item` sets a key of: made where
+    missing, copied where given (the source's own mappings are left as they are)."""
+    for depth, key in enumerate(path):
+        node = tree.get(key)
+        if node is None:
+            node = {}
+        elif not isinstance(node, Mapping):
+            where = ".".join(path[:depth + 1])
+            raise ConfigError(f"override {shown(item)}: {where} is {shown(node)}, not a mapping to set a key in; "
+                              f"{where} must be a mapping of keys to values")
+        tree[key] = tree = dict(node)
+    return tree
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
@@ -133,18 +127,37 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist; pass --config with a YAML file")
-        try:
-            loaded = read_yaml(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
+        loaded = read_config_file(path)
         if loaded is not None and not isinstance(loaded, Mapping):
             raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values")
         raw = dict(loaded or {})
         # Relative data / model paths in a config file are relative to the file.
         _resolve_relative(raw, path.parent)
     return config_from_dict(raw, overrides or [])
+
+
+def read_config_file(path: Path) -> Any:
+    """The YAML value a config file holds; a ConfigError naming the file (and the line)
+    for a file that is missing, a folder, unreadable, not UTF-8 or not YAML."""
+    name = repr(str(path))
+    if path.is_dir():
+        raise ConfigError(f"config file {name} is a folder; pass --config with a YAML file")
+    if not path.is_file():
+        raise ConfigError(f"config file {name} does not exist; pass --config with a YAML file")
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {name} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                          f"{exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {name} cannot be read ({exc.strerror}); pass --config with a YAML file "
+                          f"you can read") from None
+    try:
+        return read_yaml(text)
+    except RefusedYAML as exc:
+        raise ConfigError(f"config file {name}, {problem(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {name} is not valid YAML: {problem(exc)}") from None
 
 
 def _resolve_relative(raw: dict[str, Any], base: Path) -> None:

@@ -56,7 +56,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def preset(key: str, name: Any) -> dict[str, Any]:
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise ConfigError(f"{key}: {name!r} is not a preset{did_you_mean(name, PRESETS)}; "
                           f"known: {', '.join(PRESETS)} (`ets presets` lists them)")
     return PRESETS[name]

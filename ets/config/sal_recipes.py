@@ -27,9 +27,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ets.config.checks import ConfigError, did_you_mean
+from ets.config.checks import ConfigError, check_value, did_you_mean, field_types
 from ets.config.model_presets import SAL_SYSTEM_PROMPT
-from ets.config.sections import FOLDER_RESULTS_FILE, METHOD_ALIASES, SearchConfig
+from ets.config.sections import (FOLDER_RESULTS_FILE, METHOD_ALIASES, VLLM_OPTIONS, DataConfig, PolicyConfig,
+                                 RewardConfig, RunConfig, SearchConfig)
 
 # search-and-learn's approaches -> our methods
 APPROACHES = {"best_of_n": "best_of_n", "beam_search": "beam", "dvts": "dvts"}
@@ -252,7 +253,7 @@ def apply(sal_layers: Sequence[Mapping[str, Any]], ets_layers: Sequence[Mapping[
 
     # The method first: which keys mean what depends on it.
     approach = values["approach"]
-    if approach.value not in APPROACHES:
+    if not isinstance(approach.value, str) or approach.value not in APPROACHES:
         raise ConfigError(f"approach: {approach.value!r} is not one of search-and-learn's"
                           f"{did_you_mean(approach.value, APPROACHES)}; choose one of: {', '.join(APPROACHES)}")
     put("search.method", _Value(APPROACHES[approach.value], approach.layer, approach.keys))
@@ -280,12 +281,22 @@ def apply(sal_layers: Sequence[Mapping[str, Any]], ets_layers: Sequence[Mapping[
                 no_effect[key] = v.value
             continue
         converted = _CONVERT.get(key, lambda v, merged, method: v.value)(v, merged, method)
+        check_value(key, converted, _target_type(target))  # a bad value named by the recipe's key
         if key == "dataset_name" and not _data_source(v, ets_layers, merged):
             continue
         put(target, _Value(converted, v.layer, v.keys))
     if no_effect:
         in_order = {key: no_effect[key] for key in given if key in no_effect}  # as the recipe lists them
         merged["no_effect"] = {**in_order, **merged.get("no_effect", {})}
+
+
+def _target_type(path: str) -> Any:
+    """The type of the value at a dotted path of ours (`search.width`, `policy.vllm.seed`, `output`)."""
+    section, _, name = path.partition(".")
+    if path.startswith("policy.vllm."):
+        return VLLM_OPTIONS[path.split(".")[2]]
+    cls = {"search": SearchConfig, "policy": PolicyConfig, "reward": RewardConfig, "data": DataConfig}.get(section)
+    return field_types(cls)[name] if cls else field_types(RunConfig)[path]
 
 
 def _data_source(v: _Value, ets_layers: Sequence[Mapping[str, Any]], merged: dict[str, Any]) -> bool:

@@ -5,16 +5,20 @@
     RewardConfig   which PRM scores them
     DataConfig     which problems
     RunConfig      all four, plus where results go and the ETS recipe keys
+
+Each checks every field against its annotation first (`check_fields`: the type, integers
+within 64 bits, finite numbers, no empty text), then the ranges and choices of its keys.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from ets.config.checks import ConfigError, choice, did_you_mean, integer, positive
+from ets.config.checks import EMPTY_OK, ConfigError, check_fields, check_value, choice, did_you_mean, integer, positive
 from ets.config.presets import preset
 
 # The ETS public code's names for the methods, mapped onto ours.
@@ -111,19 +115,16 @@ class SearchConfig:
     sort_completed: bool = False      # beam: past W completed, the W best (by aggregation) vote, not all
 
     def __post_init__(self) -> None:
-        self.method = METHOD_ALIASES.get(self.method, self.method)
+        check_fields(self)
         # Which names exist is the strategy registry's to say (search.available(), checked by
         # search.build): a strategy registered by a user needs no edit here.
-        if not isinstance(self.method, str) or not self.method:
-            raise ConfigError(f"method: {self.method!r} must be a strategy name, e.g. rebase")
+        self.method = METHOD_ALIASES.get(self.method, self.method)
         if self.fixed_width is not None and self.fixed_width <= 0:
             self.fixed_width = None   # the ETS code writes -1 for "not set"
         for key in ("width", "max_step_tokens", "max_tokens", "max_depth"):
             integer(key, getattr(self, key), 1)
         integer("top_k", self.top_k, 0)
-        integer("seed", self.seed, 0)
-        if self.seed >= 2**63:  # torch and numpy generators take a signed 64-bit seed
-            raise ConfigError(f"seed: {self.seed!r} must be below 2**63 ({2**63})")
+        integer("seed", self.seed, 0)  # below 2**63 (check_fields): torch and numpy take a 64-bit seed
         if self.fixed_width is not None:
             integer("fixed_width", self.fixed_width, 1)
             if self.method == "dvts" and self.fixed_width > self.width:
@@ -146,9 +147,6 @@ class SearchConfig:
         choice("vote", self.vote, VOTES)
         choice("compat", self.compat, COMPAT_MODES)
         integer("lookahead", self.lookahead, 0)
-        for key in ("filter_duplicates", "sort_completed"):
-            if not isinstance(getattr(self, key), bool):
-                raise ConfigError(f"{key}: {getattr(self, key)!r} must be true or false")
         for key, readers in SEARCH_AND_LEARN_KEYS.items():
             if getattr(self, key) and self.method not in readers:
                 raise ConfigError(f"{key}: {getattr(self, key)!r} is read by {' and '.join(readers)} only, not by "
@@ -188,14 +186,15 @@ POLICY_BACKENDS = ("engine", "hf", "vllm")
 # backend sets model and tokenizer itself; enable_prefix_caching defaults to true, dtype,
 # seed and max_model_len to policy.dtype, the search seed and policy.max_context, and
 # block_size on vLLM's CPU build to 32 (ets/policy/vllm.py).
-VLLM_OPTIONS: dict[str, type | tuple[type, ...]] = {
+# Each option's type, as check_fields reads an annotation (float: any number).
+VLLM_OPTIONS: dict[str, Any] = {
     "tensor_parallel_size": int, "pipeline_parallel_size": int, "data_parallel_size": int,
-    "distributed_executor_backend": str, "gpu_memory_utilization": (int, float), "kv_cache_memory_bytes": int,
+    "distributed_executor_backend": str, "gpu_memory_utilization": float, "kv_cache_memory_bytes": int,
     "block_size": int, "max_num_seqs": int, "max_num_batched_tokens": int, "max_model_len": int,
-    "enforce_eager": bool, "dtype": str, "seed": int, "quantization": str, "swap_space": (int, float),
-    "cpu_offload_gb": (int, float), "num_gpu_blocks_override": int, "enable_chunked_prefill": bool,
+    "enforce_eager": bool, "dtype": str, "seed": int, "quantization": str, "swap_space": float,
+    "cpu_offload_gb": float, "num_gpu_blocks_override": int, "enable_chunked_prefill": bool,
     "trust_remote_code": bool, "revision": str, "tokenizer_revision": str, "kv_cache_dtype": str,
-    "calculate_kv_scales": bool, "disable_custom_all_reduce": bool, "compilation_config": (int, dict),
+    "calculate_kv_scales": bool, "disable_custom_all_reduce": bool, "compilation_config": int | dict[str, Any],
     "enable_prefix_caching": bool, "prefix_caching_hash_algo": str, "max_logprobs": int,
     "disable_log_stats": bool, "load_format": str, "download_dir": str, "max_seq_len_to_capture": int,
     "attention_backend": str, "async_scheduling": bool,
@@ -203,11 +202,8 @@ VLLM_OPTIONS: dict[str, type | tuple[type, ...]] = {
 
 
 def _vllm_options(options: Any, backend: str) -> dict[str, Any]:
-    """`policy.vllm` checked: a mapping of known vLLM option names to values of their type."""
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise ConfigError(f"policy.vllm must be a mapping of vLLM option names to values, got {options!r}")
+    """`policy.vllm` checked: known vLLM option names, each with a value of its type
+    (`check_value`'s rules: 64-bit integers, finite numbers)."""
     if options and backend != "vllm":
         raise ConfigError(f"policy.vllm is read only by policy.backend=vllm (backend is {backend!r}); "
                           f"set policy.backend=vllm or remove policy.vllm")
@@ -215,10 +211,7 @@ def _vllm_options(options: Any, backend: str) -> dict[str, Any]:
         if key not in VLLM_OPTIONS:
             raise ConfigError(f"unknown key policy.vllm.{key!s}{did_you_mean(key, VLLM_OPTIONS)}; "
                               f"known vLLM options: {', '.join(sorted(VLLM_OPTIONS))}")
-        kind = VLLM_OPTIONS[key]
-        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-            names = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
-            raise ConfigError(f"policy.vllm.{key}: {value!r} must be {names}")
+        check_value(f"policy.vllm.{key}", value, VLLM_OPTIONS[key])
     return dict(options)
 
 
@@ -229,6 +222,8 @@ DTYPES = ("float32", "float16", "bfloat16")  # policy.dtype, policy.kv_dtype
 AUTO_DTYPES = {"cuda": "bfloat16", "cpu": "float32", "mps": "float16"}
 # policy.chat_template: auto uses the tokenizer's chat template when it has one.
 CHAT_TEMPLATE_MODES = ("auto", True, False)
+# policy.device: what the models are put on (ets/models/load.py checks this machine has it).
+DEVICE = re.compile(r"(cpu|cuda|mps)(:[0-9]+)?")
 
 
 def auto_dtype(device: str) -> str:
@@ -248,7 +243,7 @@ class PolicyConfig:
     # auto: the tokenizer's chat template when it has one | true (required) | false (raw
     # prompt_template) | a Jinja template, inline or a file path (search-and-learn's custom_chat_template)
     chat_template: bool | str = "auto"
-    system_prompt: str | None = None  # a system turn before the question (with a chat template)
+    system_prompt: str | None = field(default=None, metadata=EMPTY_OK)  # a system turn before the question (with a chat template)
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the template, e.g. {date_string: 26 Jul 2024}
     step_delimiter: str = "\n\n"      # a step ends here (kept in the step's tokens)
     kv_budget_tokens: int | None = None  # engine: KV pool size in tokens (None: the engine's default)
@@ -262,25 +257,24 @@ class PolicyConfig:
     vllm: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.vllm is None:  # `vllm:` with nothing under it
+            self.vllm = {}
+        check_fields(self, "policy.")
         choice("policy.backend", self.backend, POLICY_BACKENDS)
         self.vllm = _vllm_options(self.vllm, self.backend)
         choice("policy.prompt_overflow", self.prompt_overflow, ("error", "truncate"))
         if self.max_context is not None:
             integer("policy.max_context", self.max_context, 2)
-        if not isinstance(self.device, str) or not self.device.strip():
-            raise ConfigError(f"policy.device: {self.device!r} must be a device name, e.g. cpu or cuda")
+        if not DEVICE.fullmatch(self.device):
+            raise ConfigError(f"policy.device: {self.device!r} is not a device{did_you_mean(self.device, AUTO_DTYPES)}; "
+                              f"use cpu, cuda, cuda:N (the GPU numbered N) or mps")
         if self.dtype == "auto":
             self.dtype = auto_dtype(self.device)
         choice("policy.dtype", self.dtype, DTYPES + ("auto",))
-        if not (isinstance(self.chat_template, bool) or (isinstance(self.chat_template, str) and self.chat_template.strip())):
+        if isinstance(self.chat_template, str) and not self.chat_template.strip():
             raise ConfigError(f"policy.chat_template: {self.chat_template!r} must be auto, true, false, or a Jinja "
                               f"chat template (inline text or a file path)")
-        if not isinstance(self.chat_template_kwargs, Mapping) or not all(isinstance(k, str) for k in self.chat_template_kwargs):
-            raise ConfigError(f"policy.chat_template_kwargs: {self.chat_template_kwargs!r} must be a mapping of names to "
-                              f"values, e.g. {{date_string: 26 Jul 2024}}")
         self.chat_template_kwargs = dict(self.chat_template_kwargs)
-        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
-            raise ConfigError(f"policy.system_prompt: {self.system_prompt!r} must be a string (or null: no system turn)")
         if self.kv_dtype is not None:
             choice("policy.kv_dtype", self.kv_dtype, DTYPES)
             if self.backend != "engine":
@@ -290,8 +284,6 @@ class PolicyConfig:
         if "{question}" not in self.prompt_template:
             raise ConfigError("policy.prompt_template must contain the placeholder {question} "
                               "(the only placeholder; other braces are kept as written)")
-        if not self.step_delimiter:
-            raise ConfigError("policy.step_delimiter must be a non-empty string, e.g. '\\n\\n'")
         if self.kv_budget_tokens is not None:
             integer("policy.kv_budget_tokens", self.kv_budget_tokens, 1)
         integer("policy.max_batch_tokens", self.max_batch_tokens, 1)
@@ -312,7 +304,11 @@ class RewardConfig:
 
     name: str = "step_tag"
     model: str | None = None          # path for model-based PRMs (None: the policy's model)
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # the reward's own (rewards/registry.py checks them)
+
+    def __post_init__(self) -> None:
+        check_fields(self, "reward.")
+        self.options = dict(self.options)
 
 
 @dataclass
@@ -332,6 +328,7 @@ class DataConfig:
     limit: int | None = None          # first N problems
 
     def __post_init__(self) -> None:
+        check_fields(self, "data.")
         choice("data.format", self.format, ("auto", "gsm8k", "math500", "fields"))
         if self.format == "fields" and not (self.question_field and self.answer_field):
             raise ConfigError("data.format=fields needs data.question_field and data.answer_field")
@@ -362,6 +359,10 @@ def sliced_output(output: str, label: str) -> str:
     return str(path.with_name(f"{path.stem}.{label}{path.suffix}"))
 
 
+# torch.set_num_threads takes a C int.
+TORCH_THREADS_LIMIT = 2**31
+
+
 @dataclass
 class RunConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
@@ -384,9 +385,8 @@ class RunConfig:
     no_effect: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_fields(self)
         integer("concurrency", self.concurrency, 1)
-        if not isinstance(self.no_effect, Mapping) or not all(isinstance(k, str) for k in self.no_effect):
-            raise ConfigError(f"no_effect: {self.no_effect!r} must be a mapping of key names to values")
         self.no_effect = dict(self.no_effect)
         if self.data.sliced:
             # Each slice of a dataset writes its own file: the jobs of an array given one
@@ -396,6 +396,9 @@ class RunConfig:
             integer("num_threads", self.num_threads, 1)
         if self.torch_threads is not None:
             integer("torch_threads", self.torch_threads, 1)
+            if self.torch_threads >= TORCH_THREADS_LIMIT:
+                raise ConfigError(f"torch_threads: {self.torch_threads} must be below 2**31 (torch counts its threads "
+                                  f"in 32 bits); e.g. the number of cores")
         for key in ("policy_model_type", "reward_model_type"):
             if getattr(self, key) is not None:
                 preset(key, getattr(self, key))
