@@ -2,6 +2,8 @@
 
 import csv
 
+import pytest
+
 from ets.app.cli import main
 
 
@@ -28,7 +30,10 @@ def test_demo_rejects_bad_options_before_work(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--quiet", "--methods", "beam,mcts", "--out", str(out)]) == 2
     assert "mcts" in capsys.readouterr().err
-    assert main(["demo", "--quiet", "--width", "0", "--out", str(out)]) == 2
+    with pytest.raises(SystemExit) as exit_:  # an argument error: argparse's exit, as one line
+        main(["demo", "--quiet", "--width", "0", "--out", str(out)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.startswith("ets: error: argument --width: give a whole number >= 1")
     assert not out.exists()
 
 
