@@ -138,12 +138,15 @@ def check_config(config: RunConfig) -> str:
 
     from ets.models.load import check_model_exists
     from rewards.options import parse_options
+    from rewards.plugin import check_plugin
     from rewards.registry import resolve_reward
 
     build_strategy(config.search)
     obj = resolve_reward(config.reward.name)
     if hasattr(obj, "Options") and hasattr(obj, "from_config"):
         parse_options(obj.Options, config.reward.options, config.reward.name)
+    else:
+        check_plugin(obj, config.reward.options, config.reward.name)
     check_devices(config)
     for model in (config.policy.model, config.reward.model):
         if model and not model.startswith("tiny:"):
