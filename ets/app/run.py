@@ -136,8 +136,10 @@ def check_config(config: RunConfig) -> str:
     would raise."""
     import yaml
 
+    from ets.models.folder import check_model_folder
     from ets.models.load import check_model_exists
     from rewards.options import parse_options
+    from rewards.plugin_faults import is_project_module, module_of
     from rewards.plugin import check_plugin
     from rewards.registry import resolve_reward
 
@@ -151,6 +153,11 @@ def check_config(config: RunConfig) -> str:
     for model in (config.policy.model, config.reward.model):
         if model and not model.startswith("tiny:"):
             check_model_exists(model)
+    # What a folder must hold (a tokenizer, whole safetensors files): the policy's, and a
+    # built-in reward's (a plug-in's own model folder is its business).
+    check_model_folder(config.policy.model)
+    if config.reward.model and is_project_module(module_of(obj)):
+        check_model_folder(config.reward.model)
     notes = []
     problems = load_problems(config.data) if config.data.path or config.data.hf_name is None else None
     if problems is not None:

