@@ -24,7 +24,8 @@ from ets.config import ConfigError
 from rewards.backends import ForwardBackend
 from rewards.heads import check_outputs, describe, load_pretrained
 from rewards.marker_prm import MarkerPRM
-from rewards.marking import SENTINEL, MarkedText, MarkerError, chat_pieces, clean_step, mark_steps, split_template, token_id
+from rewards.marking import (SENTINEL, MarkedText, MarkerError, chat_pieces, check_template_syntax, clean_step, mark_steps,
+                             split_template, token_id)
 from rewards.options import RewardContext, choice
 
 AUTO_CLASSES = ("auto", "token_classification", "model")
@@ -54,6 +55,7 @@ class TokenClassificationOptions:
         if self.positive_label < 0:
             raise ValueError(f"option 'positive_label' = {self.positive_label} must be >= 0")
         split_template(self.template, "template")
+        check_template_syntax(self.chat_template if isinstance(self.chat_template, str) else None, "chat_template")
         choice("auto_class", self.auto_class, AUTO_CLASSES)
         if self.padding_side is not None:
             choice("padding_side", self.padding_side, ("left", "right"))
@@ -77,6 +79,10 @@ class TokenClassificationPRM(MarkerPRM):
         backend = ForwardBackend.for_tokenizer(model, tokenizer, list(range(num_labels)), options.padding_side, options.max_batch_tokens)
         # A rendered chat template already holds its special tokens (BOS etc.).
         super().__init__(name, tokenizer, backend, sep_id, options.positive_label, add_special_tokens=not self._use_chat)
+        try:  # a template that cannot render a conversation fails here, not in the first round
+            self._render_frame("What is 1 + 1?")
+        except MarkerError as exc:
+            raise ConfigError(f"reward {name!r}: {exc}") from exc
 
     def render(self, question: str, steps: list[str]) -> MarkedText:
         o = self.options
