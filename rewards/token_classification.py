@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ets.config import ConfigError
-from rewards.backends import ForwardBackend
+from rewards.backends import forward_backend
 from rewards.heads import check_outputs, describe, load_pretrained
 from rewards.marker_prm import MarkerPRM
 from rewards.marking import (SENTINEL, MarkedText, MarkerError, chat_pieces, check_template_syntax, clean_step, mark_steps,
@@ -46,6 +46,7 @@ class TokenClassificationOptions:
     auto_class: str = "auto"          # auto | token_classification | model
     padding_side: str | None = None
     max_batch_tokens: int = 8192
+    batch_invariant: bool = True      # one sequence per forward (rewards/backends.py ForwardBackend)
     device: str | None = None
     dtype: str | None = None
 
@@ -76,7 +77,7 @@ class TokenClassificationPRM(MarkerPRM):
         self._jinja = options.chat_template if isinstance(options.chat_template, str) else None
         self._use_chat = bool(self._jinja) or (options.chat_template is True and bool(own))
         self._frames: dict[str, tuple[str, str]] = {}
-        backend = ForwardBackend.for_tokenizer(model, tokenizer, list(range(num_labels)), options.padding_side, options.max_batch_tokens)
+        backend = forward_backend(model, tokenizer, list(range(num_labels)), options)
         # A rendered chat template already holds its special tokens (BOS etc.).
         super().__init__(name, tokenizer, backend, sep_id, options.positive_label, add_special_tokens=not self._use_chat)
         try:  # a template that cannot render a conversation fails here, not in the first round

@@ -38,9 +38,14 @@ it, and tests/test_determinism.py compares step scores exactly. Before that (com
 demo records compared between runs of 24 and 60 problems a near-tied selection flipped (PRM
 scores of identical steps 1.4e-6 apart; docs/RESULTS.md, "REBASE against ETS on 60
 problems"); after it, the 24 problems that run and a 24-problem run share have identical
-records, step scores included. Where floats still depend on the batch: the transformers backends (policy and
-PRM), a transformer sentence embedder for ETS (batched over every problem in flight; the
-demo's static embedder is per text), several torch threads on larger models, and GPUs. A
+records, step scores included. The PRM on its plain forward (the transformers and vLLM
+backends) scores each sequence in a forward of its own, so its scores do not depend on the
+batch either (rewards/backends.py, `batch_invariant`; tests/test_hf_determinism.py). Where
+floats still depend on the batch: the transformers and vLLM policies (their logits come from
+batches shaped by what is in flight: a draw that falls within their last bits of a token's
+boundary moves; logged once per run), a PRM with `batch_invariant: false`, a transformer
+sentence embedder for ETS (batched over every problem in flight; the demo's static embedder
+is per text), several torch threads on larger models, and GPUs. A
 selection reads those floats, so there it *can* flip when two candidates' scores (or a
 REBASE share at an integer, or a cosine distance at the ETS cut) lie within ~1e-6 of the
 decision; ties keep candidate order. ETS's solver also runs under a
