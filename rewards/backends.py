@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import sys
 from array import array
 from bisect import bisect_left
@@ -26,6 +27,8 @@ import torch
 
 from ets.engine.prefix import prefix_levels
 
+log = logging.getLogger(__name__)
+
 _AFTER_ANY_TOKEN = sys.maxsize    # sorts after every token id
 
 
@@ -36,9 +39,26 @@ class ScoringBackend(Protocol):
 
 
 class ForwardBackend:
-    """One padded `model(...)` call per micro-batch; no cache, every token recomputed.
+    """Plain `model(...)` calls; no cache, every token recomputed.
 
-    Padding (here `p`; `x` real tokens), for a batch of lengths 3 and 5:
+    `batch_invariant` (the default): one sequence per forward, unpadded, with only its own
+    rows kept, so a sequence's scores are the same bit for bit whatever else is scored in
+    the call: a problem's records do not depend on `concurrency`, on what else is in flight,
+    or on a resume. A padded batch cannot promise that: kernels sum a row over the batch's
+    padded width and pick their blocking by the batch's shape, so a sequence's scores move
+    in the last bits with its batch-mates (up to 3e-8 on the tiny config, where 2 of 4
+    records differed between concurrency 1 and 4), which a near-tied selection can turn
+    into another record. On the CPU one sequence per forward costs little or nothing: no
+    padded tokens, no attention over them. Measured interleaved, one thread, against padded
+    batches: a round of 16 sequences of 60-200 tokens took 1.36x as long on the 2-layer,
+    64-wide tiny model (its forwards are mostly call overhead), 0.89x on the demo's 4-layer
+    PRM, 0.62x on an 8-layer, 512-wide one; rounds of 64 sequences of 100-400 tokens
+    1.05x / 0.62x / 0.49x; `ets run`'s reward phase 2.04x on the tiny config (width 16),
+    0.89x on the demo's. On a GPU, where a batch keeps the device busy, padded batches
+    may be faster: `batch_invariant=False`, at the price above.
+
+    With `batch_invariant=False`, one padded call per micro-batch. Padding (here `p`; `x`
+    real tokens), for a batch of lengths 3 and 5:
         right:  x x x p p        left:  p p x x x
                 x x x x x               x x x x x
     Position ids count real tokens only (`cumsum(mask) - 1`), so left padding gives each
@@ -47,7 +67,8 @@ class ForwardBackend:
     tokens (one sequence per batch if it is longer than that).
     """
 
-    def __init__(self, model, columns: Sequence[int] | None, pad_id: int, padding_side: str = "right", max_batch_tokens: int = 8192):
+    def __init__(self, model, columns: Sequence[int] | None, pad_id: int, padding_side: str = "right",
+                 max_batch_tokens: int = 8192, batch_invariant: bool = True):
         if padding_side not in ("left", "right"):
             raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
         self.model = model
@@ -55,17 +76,19 @@ class ForwardBackend:
         self.pad_id = pad_id
         self.padding_side = padding_side
         self.max_batch_tokens = max_batch_tokens
+        self.batch_invariant = batch_invariant
         # Causal LMs can project only the rows we read (saves a [B, T, vocab] tensor).
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._stats = {"computed_tokens": 0, "padded_tokens": 0, "cache_hit_tokens": 0, "forward_calls": 0}
 
     @classmethod
     def for_tokenizer(cls, model, tokenizer, columns: Sequence[int] | None, padding_side: str | None = None,
-                      max_batch_tokens: int = 8192) -> "ForwardBackend":
+                      max_batch_tokens: int = 8192, batch_invariant: bool = True) -> "ForwardBackend":
         """Padding as the tokenizer does it (its pad id, else EOS; its side unless given)."""
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         return cls(model, columns, pad_id=pad if pad is not None else 0,
-                   padding_side=padding_side or tokenizer.padding_side or "right", max_batch_tokens=max_batch_tokens)
+                   padding_side=padding_side or tokenizer.padding_side or "right", max_batch_tokens=max_batch_tokens,
+                   batch_invariant=batch_invariant)
 
     @property
     def device(self) -> torch.device:
@@ -83,6 +106,8 @@ class ForwardBackend:
         return out
 
     def _micro_batches(self, lengths: list[int]) -> list[list[int]]:
+        if self.batch_invariant:
+            return [[i] for i in range(len(lengths))]
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
         batches: list[list[int]] = []
         for i in order:
@@ -127,6 +152,18 @@ class ForwardBackend:
         self._stats["padded_tokens"] += ids.numel() - real
         self._stats["forward_calls"] += 1
         return list(picked.split(counts))
+
+
+def forward_backend(model, tokenizer, columns: Sequence[int] | None, options) -> ForwardBackend:
+    """The forward backend a PRM's options ask for (`padding_side`, `max_batch_tokens`,
+    `batch_invariant`); a padded one says, once, that its scores depend on the batch."""
+    backend = ForwardBackend.for_tokenizer(model, tokenizer, columns, options.padding_side, options.max_batch_tokens,
+                                           options.batch_invariant)
+    if not options.batch_invariant:
+        log.info("reward option batch_invariant: false: steps are scored in padded batches, and a step's score moves "
+                 "in its last bits with what else is in the batch, so records can differ between runs of another "
+                 "concurrency or after a resume (batch_invariant: true scores each sequence alone)")
+    return backend
 
 
 def _columns(columns: Sequence[int] | None) -> torch.Tensor | None:

@@ -24,7 +24,8 @@ from dataclasses import dataclass, fields
 
 from ets.config import ConfigError
 from rewards.marker_prm import MarkerPRM
-from rewards.marking import SENTINEL, MarkedText, MarkerError, chat_pieces, clean_step, fill, join_marked, token_id
+from rewards.marking import (SENTINEL, MarkedText, MarkerError, chat_pieces, check_template_syntax, clean_step, fill,
+                             join_marked, token_id)
 from rewards.step_tag import StepTagOptions, StepTagPRM
 
 STEP_TAG_FRAMING = ("tag", "template", "step_separator")
@@ -46,6 +47,7 @@ class ChatJudgementOptions(StepTagOptions):
                                  "turn (options first_turn, system_prompt, chat_template)")
         if "{step}" not in self.first_turn:
             raise ValueError(f"option 'first_turn' = {self.first_turn!r} must contain {{step}} (and usually {{question}})")
+        check_template_syntax(self.chat_template, "chat_template")
 
 
 class ChatJudgementPRM(StepTagPRM):
@@ -64,6 +66,11 @@ class ChatJudgementPRM(StepTagPRM):
         self.options = options
         # The assistant's answer in every turn: the good token's text (the marker read before).
         self._judgement = options.good_token if isinstance(options.good_token, str) else tokenizer.decode([good])
+        self.tokenizer = tokenizer
+        try:  # a template that cannot render a conversation fails here, not in the first round (nor after the weights load)
+            self.render("What is 1 + 1?", ["1 + 1 = 2.", "The answer is 2."])
+        except MarkerError as exc:
+            raise ConfigError(f"reward {name!r}: {exc}") from exc
         MarkerPRM.__init__(self, name, tokenizer, make_backend([good, bad]), good, positive=0,
                            add_special_tokens=options.add_special_tokens)
 

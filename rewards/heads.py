@@ -51,13 +51,17 @@ def load_pretrained(path: str, auto_class: str, *, name: str, trust_remote_code:
     `may_leave`: prefixes of checkpoint weights that may stay unused (the caller reads them);
     `check_tokenizer(tokenizer)` runs before the weights load (a wrong marker fails fast)."""
     import transformers
+    from safetensors import SafetensorError
 
-    from ets.models.load import ModelLoadError, check_model_exists, resolve_dtype
+    from ets.models.folder import check_model_folder, check_shapes, check_vocab_fits, local_path
+    from ets.models.load import ModelLoadError, check_model_exists, quiet_load_report, resolve_dtype
 
     check_model_exists(path)
+    check_model_folder(path)
+    where = local_path(path)
     try:
-        config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        config = transformers.AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         hint = "; set reward.options.trust_remote_code: true" if "trust_remote_code" in str(exc) and not trust_remote_code else ""
         raise ModelLoadError(f"reward {name!r}: could not read the config and tokenizer of {path!r}: {_one_line(exc)}{hint}") from exc
@@ -75,19 +79,20 @@ def load_pretrained(path: str, auto_class: str, *, name: str, trust_remote_code:
             "set reward.options.trust_remote_code: true"
         )
     # The checks below replace transformers' load report, whose note that unused weights
-    # "can be ignored" is wrong for a PRM: quiet it for this load.
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()
+    # "can be ignored" is wrong for a PRM: quiet it for this load. Mismatched shapes load
+    # (at random) and are listed, rather than raised after the report.
     try:
-        model, info = getattr(transformers, auto_name).from_pretrained(
-            path, dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code, output_loading_info=True)
-    except (OSError, ValueError) as exc:
+        with quiet_load_report():
+            model, info = getattr(transformers, auto_name).from_pretrained(
+                where, dtype=resolve_dtype(dtype), trust_remote_code=trust_remote_code, output_loading_info=True,
+                ignore_mismatched_sizes=True)
+    except (OSError, ValueError, SafetensorError) as exc:
         raise ModelLoadError(f"reward {name!r}: could not load {path!r} with {auto_name}: {_one_line(exc)}") from exc
-    finally:
-        transformers.logging.set_verbosity(verbosity)
+    check_shapes(path, info.get("mismatched_keys"))
+    embedding = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    check_vocab_fits(path, tokenizer, getattr(embedding, "num_embeddings", None))
     loaded = Loaded(model.to(device).eval(), tokenizer, path, architecture, sorted(info["unexpected_keys"]))
-    mismatched = [k if isinstance(k, str) else k[0] for k in info.get("mismatched_keys") or ()]
-    missing = sorted(info["missing_keys"]) + sorted(mismatched)
+    missing = sorted(info["missing_keys"])
     if missing:
         raise RewardError(
             f"reward {name!r}: {describe(loaded)} has no trained weights for {_few(missing)} "

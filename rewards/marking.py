@@ -29,8 +29,9 @@ from typing import NamedTuple, Sequence
 
 
 class MarkerError(ValueError):
-    """A marker could not be found, or does not exist in the tokenizer. From a batch call,
-    `index` is the text it happened in (None otherwise)."""
+    """A marker could not be found, or does not exist in the tokenizer, or the chat template
+    could not render the marked conversation. From a batch call, `index` is the text it
+    happened in (None otherwise)."""
 
     index: int | None = None
 
@@ -240,7 +241,12 @@ def chat_pieces(tokenizer, messages: list[dict[str, str]], chat_template: str | 
     The template's own special tokens (BOS, turn headers) are in the pieces, so the text is
     tokenized without adding special tokens again.
     """
-    text = tokenizer.apply_chat_template(messages, chat_template=chat_template, tokenize=False, add_generation_prompt=False)
+    try:
+        text = tokenizer.apply_chat_template(messages, chat_template=chat_template, tokenize=False,
+                                             add_generation_prompt=False)
+    except Exception as exc:  # jinja2's TemplateError, the template's own raise_exception, its type errors
+        raise MarkerError(f"the chat template could not render the conversation: {template_error(exc)}; fix the "
+                          "template (reward.options.chat_template)") from exc
     pieces = text.split(SENTINEL)
     expected = sum(m["content"] == SENTINEL for m in messages) + 1
     if len(pieces) != expected:
@@ -249,6 +255,27 @@ def chat_pieces(tokenizer, messages: list[dict[str, str]], chat_template: str | 
             "it must keep every message's content as it is"
         )
     return pieces
+
+
+def template_error(exc: BaseException) -> str:
+    """A template's error in one line: its type, message, and line when jinja2 gives one."""
+    line = getattr(exc, "lineno", None)
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}{f' (template line {line})' if line else ''}"
+
+
+def check_template_syntax(template: str | None, key: str) -> None:
+    """A ValueError naming `key` if `template` is not valid Jinja (compiled as transformers
+    compiles chat templates), so a broken one fails with the options, not mid-search."""
+    if not isinstance(template, str):
+        return
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:  # another transformers: the template is checked when the PRM is built
+        return
+    try:
+        _compile_jinja_template(template)
+    except Exception as exc:  # jinja2's TemplateSyntaxError
+        raise ValueError(f"option {key!r} is not a valid Jinja template: {template_error(exc)}") from None
 
 
 def fill(template: str, **values: str) -> str:

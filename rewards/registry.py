@@ -7,7 +7,9 @@
 4. an entry point of the group `ets.rewards` of an installed package:
        [project.entry-points."ets.rewards"]
        my_prm = "my_package.prm:MyPRM"
-Anything else raises `ConfigError` listing the known names.
+Anything else raises `ConfigError` listing the known names. A plug-in's module that fails
+to import (a missing dependency, a syntax error, anything its top level raises) is a
+one-line `PluginError` naming the module, what it raised and where (rewards/plugin_faults.py).
 
 What the name resolves to decides how it is built:
 - a class with `Options` (a dataclass) and `from_config(options, ctx)` is a built-in-style
@@ -26,7 +28,8 @@ from ets.config import ConfigError, PolicyConfig, RewardConfig
 from ets.config.checks import did_you_mean
 from rewards.base import ProcessRewardModel
 from rewards.options import RewardContext, parse_options
-from rewards.plugin import make_plugin
+from rewards.plugin import WHEN_BUILT_ADVICE, guard_scoring, make_plugin
+from rewards.plugin_faults import fault, guarded, is_project_module, module_of, passes_through
 
 ENTRY_POINT_GROUP = "ets.rewards"
 
@@ -67,10 +70,7 @@ def resolve_reward(name: str) -> Any:
         return import_attr(name, name)
     for ep in _entry_points():
         if ep.name == name:
-            try:
-                return ep.load()
-            except Exception as exc:
-                raise ConfigError(f"reward {name!r}: entry point {ep.value!r} failed to load: {exc}") from exc
+            return import_attr(ep.value, name)
     raise ConfigError(
         f"unknown reward {name!r}{did_you_mean(name, known_rewards())}; "
         f"known rewards: {', '.join(known_rewards())}; "
@@ -93,7 +93,13 @@ def build_reward(
     obj = resolve_reward(name)
     if hasattr(obj, "Options") and hasattr(obj, "from_config"):
         options = parse_options(obj.Options, reward_config.options, name)
-        return obj.from_config(options, _context(reward_config, policy_config, engine))
+        context = _context(reward_config, policy_config, engine)
+        module = module_of(obj)
+        if is_project_module(module):
+            return obj.from_config(options, context)
+        # A built-in-style reward from another package: a plug-in, guarded as one.
+        built = guarded(obj.from_config, name, module, "building it", WHEN_BUILT_ADVICE)(options, context)
+        return guard_scoring(built, name, module)
     return make_plugin(obj, reward_config.options, name)
 
 
@@ -119,19 +125,30 @@ def import_attr(spec: str, name: str) -> Any:
         raise ConfigError(f"reward {name!r}: {spec!r} must look like package.module:attr")
     try:
         obj = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
+    except Exception as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name is not None and _is_prefix(exc.name, module_name):
             raise ConfigError(
                 f"reward {name!r}: cannot import module {module_name!r} ({exc}); is it installed or on "
                 f"PYTHONPATH? known rewards: {', '.join(known_rewards())}"
             ) from exc
-        raise
+        if is_project_module(module_name) or passes_through(exc):
+            raise  # the project's own module: a bug, its traceback finds it
+        # The plug-in's module itself failed: a missing dependency, a syntax error, or
+        # anything its top level raised.
+        missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+        advice = f"install {missing!r}, or fix that import" if missing else f"fix {module_name!r}"
+        raise fault(name, exc, module_name, f"importing its module {module_name!r}", advice) from exc
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError as exc:
             raise ConfigError(f"reward {name!r}: module {module_name!r} has no attribute {attr_path!r}") from exc
     return obj
+
+
+def _is_prefix(package: str, module_name: str) -> bool:
+    """`package` is `module_name` or one of its parent packages."""
+    return module_name == package or module_name.startswith(package + ".")
 
 
 def _entry_points() -> list[metadata.EntryPoint]:

@@ -36,7 +36,7 @@ from typing import Any, Callable
 import torch
 
 from ets.config import ConfigError
-from rewards.backends import EngineBackend, ForwardBackend, ScoringBackend, prefix_digests
+from rewards.backends import EngineBackend, ScoringBackend, forward_backend, prefix_digests
 from rewards.marker_prm import MarkerPRM
 from rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id,
                              tokenize_marked_offsets)
@@ -59,6 +59,8 @@ class StepTagOptions:
     backend: str = "auto"             # auto | engine | forward
     padding_side: str | None = None   # forward backend: left | right (default: the tokenizer's)
     max_batch_tokens: int = 8192      # tokens per forward (forward: padded; engine: new tokens)
+    batch_invariant: bool = True      # forward backend: one sequence per forward, its scores the same whatever
+                                      # else is scored (false: padded micro-batches, scores move in the last bits)
     kv_budget_tokens: int | None = None  # own engine: its KV pool in tokens (None: ets.engine.DEFAULT_KV_TOKENS)
     share_policy_engine: bool = False  # same model as the policy: score on the policy's engine
     device: str | None = None         # default: the policy's
@@ -167,7 +169,7 @@ class StepTagPRM(MarkerPRM):
         options = options or StepTagOptions()
         if engine is not None:
             return cls(tokenizer, options, lambda cols: EngineBackend(engine, cols), name)
-        return cls(tokenizer, options, lambda cols: ForwardBackend.for_tokenizer(model, tokenizer, cols, options.padding_side, options.max_batch_tokens), name)
+        return cls(tokenizer, options, lambda cols: forward_backend(model, tokenizer, cols, options), name)
 
     @classmethod
     def from_config(cls, options: StepTagOptions, ctx: RewardContext):
@@ -194,7 +196,7 @@ class StepTagPRM(MarkerPRM):
                 except PoolTooLarge as exc:
                     raise ConfigError(f"reward.options.kv_budget_tokens: {exc}") from None
                 return EngineBackend(engine, cols)
-            return ForwardBackend.for_tokenizer(model, tokenizer, cols, options.padding_side, options.max_batch_tokens)
+            return forward_backend(model, tokenizer, cols, options)
 
         return cls(tokenizer, options, make_backend, ctx.name)
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ets.config import ConfigError
-from rewards.backends import ForwardBackend
+from rewards.backends import forward_backend
 from rewards.heads import check_outputs, describe, load_pretrained
 from rewards.marker_prm import MarkerPRM
-from rewards.marking import SENTINEL, MarkedText, MarkerError, chat_pieces, clean_step, mark_steps, split_template, token_id
+from rewards.marking import (SENTINEL, MarkedText, MarkerError, chat_pieces, check_template_syntax, clean_step, mark_steps,
+                             split_template, token_id)
 from rewards.options import RewardContext, choice
 
 AUTO_CLASSES = ("auto", "token_classification", "model")
@@ -45,6 +46,7 @@ class TokenClassificationOptions:
     auto_class: str = "auto"          # auto | token_classification | model
     padding_side: str | None = None
     max_batch_tokens: int = 8192
+    batch_invariant: bool = True      # one sequence per forward (rewards/backends.py ForwardBackend)
     device: str | None = None
     dtype: str | None = None
 
@@ -54,6 +56,7 @@ class TokenClassificationOptions:
         if self.positive_label < 0:
             raise ValueError(f"option 'positive_label' = {self.positive_label} must be >= 0")
         split_template(self.template, "template")
+        check_template_syntax(self.chat_template if isinstance(self.chat_template, str) else None, "chat_template")
         choice("auto_class", self.auto_class, AUTO_CLASSES)
         if self.padding_side is not None:
             choice("padding_side", self.padding_side, ("left", "right"))
@@ -74,9 +77,13 @@ class TokenClassificationPRM(MarkerPRM):
         self._jinja = options.chat_template if isinstance(options.chat_template, str) else None
         self._use_chat = bool(self._jinja) or (options.chat_template is True and bool(own))
         self._frames: dict[str, tuple[str, str]] = {}
-        backend = ForwardBackend.for_tokenizer(model, tokenizer, list(range(num_labels)), options.padding_side, options.max_batch_tokens)
+        backend = forward_backend(model, tokenizer, list(range(num_labels)), options)
         # A rendered chat template already holds its special tokens (BOS etc.).
         super().__init__(name, tokenizer, backend, sep_id, options.positive_label, add_special_tokens=not self._use_chat)
+        try:  # a template that cannot render a conversation fails here, not in the first round
+            self._render_frame("What is 1 + 1?")
+        except MarkerError as exc:
+            raise ConfigError(f"reward {name!r}: {exc}") from exc
 
     def render(self, question: str, steps: list[str]) -> MarkedText:
         o = self.options

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from ets.config import ConfigError
-from rewards.backends import ForwardBackend
+from rewards.backends import forward_backend
 from rewards.base import RewardError
 from rewards.heads import LinearHead, Loaded, check_outputs, describe, load_pretrained, read_tensors
 from rewards.marker_prm import MarkerPRM
@@ -56,6 +56,7 @@ class ValueHeadOptions:
     trust_remote_code: bool = False
     padding_side: str | None = None
     max_batch_tokens: int = 8192
+    batch_invariant: bool = True        # one sequence per forward (rewards/backends.py ForwardBackend)
     device: str | None = None
     dtype: str | None = None
 
@@ -79,7 +80,7 @@ class ValueHeadPRM(MarkerPRM):
         marker_id = marker_token(tokenizer, options, name)
         self.options = options
         self._head, self._tail = split_template(options.template, "template")
-        backend = ForwardBackend.for_tokenizer(model, tokenizer, columns, options.padding_side, options.max_batch_tokens)
+        backend = forward_backend(model, tokenizer, columns, options)
         super().__init__(name, tokenizer, backend, marker_id, positive=0, add_special_tokens=options.add_special_tokens)
 
     def render(self, question: str, steps: list[str]) -> MarkedText:

@@ -24,7 +24,7 @@ from ets.models.tiny import build_tiny_model, save_tiny_model
 from ets.policy.base import ExpandRequest, Prompt, PromptTooLong
 from ets.policy.engine import EnginePolicy
 from ets.policy.hf import HFPolicy
-from ets.policy.steps import fit_prompt
+from ets.policy.steps import fit_prompt, question_tail
 from tests.helpers import TINY, one_line_error, run_cli
 
 CONTEXT = 48
@@ -48,18 +48,43 @@ def policies(model, tok, search_cfg, **policy_kw):
             "hf": HFPolicy(model, tok, cfg, search_cfg)}
 
 
-def test_fit_prompt_refuses_or_keeps_the_last_tokens(short_model):
+def test_fit_prompt_refuses_or_keeps_the_end_of_the_question(short_model):
     _, tok = short_model
-    ids = [tok.bos_token_id, *range(60, 60 + 59)]   # 60 tokens against 48
-    prompt = Prompt("text", ids)
-    with pytest.raises(PromptTooLong, match="its prompt is 60 tokens and the model's context is 48"):
-        fit_prompt(prompt, CONTEXT, "error", 8, tok)
-    cut = fit_prompt(prompt, CONTEXT, "truncate", 8, tok)
-    # Room for one whole step (8 tokens) is left; the BOS stays in front.
-    assert cut.truncated_from == 60 and len(cut.token_ids) == 40
-    assert cut.token_ids == [tok.bos_token_id, *ids[-39:]]
-    assert fit_prompt(Prompt("t", ids[:47]), CONTEXT, "error", 8, tok).token_ids == ids[:47]  # room for one token
-    assert fit_prompt(prompt, None, "error", 8, tok) is prompt                                 # no context known
+
+    def write(question):  # a frame around the question: BOS, then "Q: ", then "\nA:"
+        text = f"Q: {question}\nA:"
+        return text, [tok.bos_token_id, *tok(text, add_special_tokens=False)["input_ids"]]
+
+    question = "".join(chr(ord("a") + i % 26) for i in range(60))     # one token per letter
+    _, ids = write(question)
+    assert len(ids) == 67                                             # against 48
+    with pytest.raises(PromptTooLong, match="its prompt is 67 tokens and the model's context is 48"):
+        fit_prompt(question, write, CONTEXT, "error", 8, tok)
+    cut = fit_prompt(question, write, CONTEXT, "truncate", 8, tok)
+    # Room for one whole step (8 tokens) is left; the frame stays whole, the question keeps its end.
+    assert cut.truncated_from == 67 and len(cut.token_ids) == 40
+    assert cut.question == question[-33:] and (cut.text, cut.token_ids) == write(question[-33:])
+    fits = question[:40]                                              # 47 tokens: room for one
+    assert fit_prompt(fits, write, CONTEXT, "error", 8, tok) == Prompt(*write(fits))
+    assert fit_prompt(question, write, None, "error", 8, tok) == Prompt(*write(question))    # no context known
+    with pytest.raises(PromptTooLong, match="without the question it is already 47 tokens"):
+        fit_prompt(question, lambda q: write("x" * 40 + q), CONTEXT, "truncate", 8, tok)
+
+
+def test_a_megabyte_question_is_cut_from_its_end_alone(short_model):
+    """Only the end of a long question is tokenized again to cut it: the same cut as from
+    the whole question's tokens, a frame's worth of tokens at a time."""
+    _, tok = short_model
+    question = "Sam counts apples in basket number 12345, then the next one. " * 20_000     # 1.2 MB
+    calls = []
+
+    def counting(text, **kwargs):
+        calls.append(len(text))
+        return tok(text, **kwargs)
+
+    kept = question_tail(counting, question, 30)
+    assert kept == question[-30:]  # one byte-level token per character here
+    assert max(calls) < 1000       # the window, not the megabyte
 
 
 @pytest.mark.parametrize("backend", ["engine", "hf"])
@@ -128,7 +153,7 @@ def test_a_long_prompt_is_truncated_when_configured(short_model, backend, caplog
     assert all(record["prompt_tokens"] + t["tokens"] <= CONTEXT for t in record["trajectories"])
     lines = [r.getMessage() for r in caplog.records if "does not fit the model's context" in r.getMessage()]
     assert lines == [f"problem 'long-one': its prompt of {n} tokens does not fit the model's context of 48; kept "
-                     f"its last 40 tokens (policy.prompt_overflow=truncate)"]
+                     f"the end of its question, in a prompt of 40 tokens (policy.prompt_overflow=truncate)"]
 
 
 def test_max_context_overrides_the_models_positions(short_model):

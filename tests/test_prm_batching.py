@@ -172,19 +172,25 @@ def ragged_batch():
 
 @pytest.mark.parametrize("keep_arg", [True, False])
 @pytest.mark.parametrize("side", ["left", "right"])
-@pytest.mark.parametrize("max_batch_tokens", [8192, 30])
+@pytest.mark.parametrize("max_batch_tokens", [8192, 30, None], ids=["8192", "30", "invariant"])
 def test_forward_backend_rows_are_each_sequences_own_rows(keep_arg, side, max_batch_tokens):
+    """Padded micro-batches (of max_batch_tokens), or one sequence per forward (None:
+    batch_invariant): the same rows."""
     model = PositionalLM(keep_arg=keep_arg)
     columns = [7, 3, 0]
-    backend = ForwardBackend(model, columns, pad_id=0, padding_side=side, max_batch_tokens=max_batch_tokens)
+    invariant = max_batch_tokens is None
+    backend = ForwardBackend(model, columns, pad_id=0, padding_side=side, max_batch_tokens=max_batch_tokens or 8192,
+                             batch_invariant=invariant)
     sequences, positions = ragged_batch()
     out = backend.logits_at(sequences, positions)
     for seq, pos, rows in zip(sequences, positions, out):
         expected = torch.tensor([[PositionalLM.value(seq[p], p, c) for c in columns] for p in pos])
         assert rows.shape == (len(pos), len(columns))
         assert torch.equal(rows, expected)
-    assert backend.stats()["computed_tokens"] == sum(map(len, sequences))
-    assert (backend.stats()["forward_calls"] > 1) == (max_batch_tokens == 30)
+    stats = backend.stats()
+    assert stats["computed_tokens"] == sum(map(len, sequences))
+    assert stats["forward_calls"] == (len(sequences) if invariant else 1 if max_batch_tokens == 8192 else 4)
+    assert (stats["padded_tokens"] == 0) == invariant
 
 
 class DigestEngine:
@@ -305,8 +311,9 @@ def per_candidate_reference(model, tok, prm, questions, trajectories):
                       lambda at: torch.softmax(at[:, [good, bad]].float(), -1)[:, 0])
 
 
-@pytest.mark.parametrize("options", [StepTagOptions(), StepTagOptions(padding_side="left"),
-                                     StepTagOptions(max_batch_tokens=64)])
+@pytest.mark.parametrize("options", [StepTagOptions(), StepTagOptions(batch_invariant=False),
+                                     StepTagOptions(batch_invariant=False, padding_side="left"),
+                                     StepTagOptions(batch_invariant=False, max_batch_tokens=64)])
 def test_step_tag_round_equals_each_candidate_scored_alone(llama, options):
     model, tok = llama
     qs, trajs = round_of_candidates()

@@ -8,6 +8,7 @@ from transformers import AutoModelForTokenClassification
 from ets.config import ConfigError, PolicyConfig, RewardConfig
 from ets.models.tiny import build_tokenizer, tiny_config
 from rewards import build_reward
+from tests.tiny_prms import vocab_rows
 
 SEP = "<extra_0>"
 CHAT = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
@@ -21,7 +22,7 @@ def checkpoint(tmp_path_factory):
     tok = build_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": [SEP]})
     tok.chat_template = CHAT
-    config = tiny_config("qwen2", vocab_size=len(tok), num_labels=2, pad_token_id=tok.pad_token_id)
+    config = tiny_config("qwen2", vocab_size=vocab_rows(tok), num_labels=2, pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
     model = AutoModelForTokenClassification.from_config(config)
     with torch.no_grad():

@@ -74,8 +74,16 @@ def _save(model, tok, path: Path, architectures=None, **config_extra) -> Path:
     return path
 
 
+def vocab_rows(tok) -> int:
+    """Embedding rows for `tok`, padded to a multiple of 64 as real checkpoints pad theirs
+    (Qwen2.5: 151,936 rows for 151,665 tokens): a tokenizer class may add a token when the
+    folder is loaded again (Qwen2Tokenizer adds <|endoftext|>), and a model whose tokenizer
+    outgrows its embedding is refused when it loads."""
+    return (len(tok) // 64 + 1) * 64
+
+
 def _config(arch, tok, **extra):
-    return tiny_config(arch, vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    return tiny_config(arch, vocab_size=vocab_rows(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                        pad_token_id=tok.pad_token_id, **extra)
 
 

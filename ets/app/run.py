@@ -141,8 +141,11 @@ def check_config(config: RunConfig) -> str:
     would raise."""
     import yaml
 
+    from ets.models.folder import check_model_folder
     from ets.models.load import check_model_exists
     from rewards.options import parse_options
+    from rewards.plugin_faults import is_project_module, module_of
+    from rewards.plugin import check_plugin
     from rewards.registry import resolve_reward
 
     build_strategy(config.search)
@@ -150,10 +153,17 @@ def check_config(config: RunConfig) -> str:
     obj = resolve_reward(config.reward.name)
     if hasattr(obj, "Options") and hasattr(obj, "from_config"):
         parse_options(obj.Options, config.reward.options, config.reward.name)
+    else:
+        check_plugin(obj, config.reward.options, config.reward.name)
     check_devices(config)
     for model in (config.policy.model, config.reward.model):
         if model and not model.startswith("tiny:"):
             check_model_exists(model)
+    # What a folder must hold (a tokenizer, whole safetensors files): the policy's, and a
+    # built-in reward's (a plug-in's own model folder is its business).
+    check_model_folder(config.policy.model)
+    if config.reward.model and is_project_module(module_of(obj)):
+        check_model_folder(config.reward.model)
     notes = []
     problems = load_problems(config.data) if config.data.path or config.data.hf_name is None else None
     if problems is not None:

@@ -6,9 +6,13 @@ Real models load through `transformers`' Auto classes exactly as on a machine wi
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -42,17 +46,29 @@ def _looks_like_path(name: str) -> bool:
 def load_tokenizer(name_or_path: str):
     from transformers import AutoTokenizer
 
+    from ets.models.folder import check_model_folder, local_path
+
     if name_or_path.startswith("tiny:"):
         from ets.models.tiny import build_tokenizer
 
         return build_tokenizer()
     check_model_exists(name_or_path)
-    return AutoTokenizer.from_pretrained(name_or_path)
+    check_model_folder(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(local_path(name_or_path))
+    except (OSError, ValueError) as exc:  # ValueError: tokenizer files transformers cannot build a tokenizer from
+        raise ModelLoadError(f"could not load the tokenizer of {name_or_path!r}: {_first_line(exc)}; pass a folder "
+                             "with the model's tokenizer files, or a hub name on a machine that can reach the hub") from exc
 
 
 def load_causal_lm(name_or_path: str, device: str = "cpu", dtype: str | torch.dtype = "float32", seed: int = 0):
-    """(model in eval mode on `device`, tokenizer)."""
+    """(model in eval mode on `device`, tokenizer). A local folder is checked first
+    (ets/models/folder.py): its tokenizer, its safetensors files whole, its weights' shapes
+    against its config.json, its tokenizer no larger than its embedding."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
+
+    from ets.models.folder import check_shapes, check_vocab_fits, local_path
 
     torch_dtype = resolve_dtype(dtype)
     check_device(device)
@@ -64,14 +80,19 @@ def load_causal_lm(name_or_path: str, device: str = "cpu", dtype: str | torch.dt
             raise ModelLoadError(f"unknown tiny model {name_or_path!r}; use one of: {', '.join('tiny:' + a for a in ARCHS)}")
         model, tok = build_tiny_model(arch, seed=seed, dtype=torch_dtype)
         return model.to(device), tok
-    check_model_exists(name_or_path)
+    tokenizer = load_tokenizer(name_or_path)  # the folder's checks, and a missing tokenizer, before the weights
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype, output_loading_info=True)
-    except (OSError, ValueError) as exc:  # ValueError: a config transformers cannot map to a model
+        with quiet_load_report():
+            # Mismatched shapes load (at random) and are listed, rather than raised as a
+            # RuntimeError after a report: check_shapes says it in one line.
+            model, info = AutoModelForCausalLM.from_pretrained(local_path(name_or_path), dtype=torch_dtype,
+                                                               output_loading_info=True, ignore_mismatched_sizes=True)
+    except (OSError, ValueError, SafetensorError) as exc:  # ValueError: a config transformers cannot map to a model
         raise ModelLoadError(
-            f"could not load model {name_or_path!r}: {str(exc).rstrip('. ')}. Pass a local folder in Hugging Face "
-            "format, or a hub name on a machine that can reach the hub."
+            f"could not load model {name_or_path!r}: {_first_line(exc).rstrip('. ')}. Pass a local folder in Hugging "
+            "Face format, or a hub name on a machine that can reach the hub."
         ) from exc
+    check_shapes(name_or_path, info.get("mismatched_keys"))
     missing = sorted(info["missing_keys"])
     if missing:  # e.g. a classifier checkpoint: its language-model head would be random noise
         arch = (getattr(model.config, "architectures", None) or ["?"])[0]
@@ -81,7 +102,31 @@ def load_causal_lm(name_or_path: str, device: str = "cpu", dtype: str | torch.dt
             "pass a causal-LM checkpoint (*ForCausalLM), or for a classifier PRM use reward.name: "
             "token_classification or value_head"
         )
-    return model.to(device).eval(), load_tokenizer(name_or_path)
+    unused = sorted(info.get("unexpected_keys") or ())
+    if unused:  # transformers' report would have listed them; now quiet, so say it here
+        log.warning("model %r: its checkpoint's weights %s are not part of a causal language model and were not "
+                    "loaded", name_or_path, ", ".join(unused[:3]) + (f" and {len(unused) - 3} more" if len(unused) > 3 else ""))
+    check_vocab_fits(name_or_path, tokenizer, model.get_input_embeddings().num_embeddings)
+    return model.to(device).eval(), tokenizer
+
+
+@contextmanager
+def quiet_load_report():
+    """transformers' load report (missing, unexpected, mismatched weights) kept quiet: the
+    loaders here check what it lists and say what matters in one line."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 def eos_token_ids(model=None, tokenizer=None) -> set[int]:

@@ -33,8 +33,9 @@ Contract:
   policy's own stream (the order of calls then matters).
 - context: `context_tokens` is the most tokens a path may hold (the model's positions,
   or `policy.max_context`; None: no limit known). A prompt that leaves no room to
-  generate is refused by `format_prompt` (`PromptTooLong`) or truncated to its last tokens
-  (`policy.prompt_overflow`, `Prompt.truncated_from` says from how many); during the
+  generate is refused by `format_prompt` (`PromptTooLong`) or its question cut to its last
+  tokens inside the template (`policy.prompt_overflow`; `Prompt.truncated_from` says from how
+  many, `Prompt.question` is the part kept); during the
   search no request decodes past the context: its new tokens are capped at
   `context_tokens - len(token_ids)`, and a step that fills the context ends with finish
   "context" (the loop then completes its trajectory).
@@ -72,6 +73,7 @@ class Prompt(NamedTuple):
     text: str                # the templated question: the root node's text
     token_ids: list[int]     # its tokens: the root of every path
     truncated_from: int | None = None  # the prompt's length before it was cut to fit the context
+    question: str | None = None  # when cut: the end of the question the prompt holds (what the reward sees)
 
 
 class PromptTooLong(DataError):

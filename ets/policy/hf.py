@@ -16,10 +16,17 @@ engine; and with equal logits both backends draw the same token (the logits of a
 batch and of the engine's packed one agree only to float precision, so they may part where
 a draw falls on a boundary). Temperature 0 is plain greedy decoding, with no processor.
 Nothing is drawn from torch's global generator.
+
+What it cannot promise: the logits of a padded batch move in their last bits with the
+batch's shape (its width, its rows), so a draw that falls that close to a boundary, or a
+greedy near-tie, can go another way when other requests share the batch: at another
+`concurrency` or after a resume. Rare, and said once per run (`BATCH_NOTE`, logged at
+INFO); the PRM's scores do not have this limit (rewards/backends.py, `batch_invariant`).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any, Hashable, NamedTuple
 
@@ -32,6 +39,15 @@ from ets.engine.sampling import SamplingParams, sample
 from ets.models.load import load_causal_lm
 from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
 from ets.policy.steps import PromptsAndSteps, StepCutter, at_context, model_context, new_token_cap
+
+
+log = logging.getLogger(__name__)
+
+# What this backend cannot promise, said once per run (README, "Determinism").
+BATCH_NOTE = ("policy.backend hf: generate computes a row's logits in a padded batch shaped by what else is in "
+              "flight, and their last bits move with it; a draw that falls that close to a token's boundary (rare) "
+              "can differ between runs of another concurrency or after a resume, and the records with it; the "
+              "engine backend's logits are the same bit for bit whatever else is in the batch")
 
 
 class _Row(NamedTuple):
@@ -94,6 +110,7 @@ class HFPolicy(PromptsAndSteps):
     @classmethod
     def from_config(cls, policy: PolicyConfig, search: SearchConfig) -> "HFPolicy":
         model, tokenizer = load_causal_lm(policy.model, policy.device, policy.dtype, seed=search.seed)
+        log.info(BATCH_NOTE)
         return cls(model, tokenizer, policy, search)
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:

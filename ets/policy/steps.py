@@ -6,14 +6,15 @@ decides where the step ends and what it is called, so backends agree exactly.
 
 The root prompt is written by ets/policy/chat.py (a chat turn or raw text). The model's
 context is handled here too, the same way for every backend: `fit_prompt`
-refuses or truncates a prompt that leaves no room to generate (`policy.prompt_overflow`),
+refuses a prompt that leaves no room to generate, or keeps the end of its question
+(`policy.prompt_overflow`),
 `new_token_cap` caps a request's new tokens so its path never passes the context, and
 `at_context` renames a step that fills the context to finish "context".
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ets.engine.sampling import StopStrings
 from ets.models.load import eos_token_ids
@@ -47,26 +48,63 @@ def prompt_room(context: int, max_step_tokens: int) -> int:
     return min(max_step_tokens, context // 2)
 
 
-def fit_prompt(prompt: Prompt, context: int | None, overflow: str, max_step_tokens: int, tokenizer=None) -> Prompt:
-    """`prompt` if it leaves room for at least one new token in `context`. Otherwise, with
-    `overflow="error"`, `PromptTooLong`; with "truncate", its last tokens (a leading BOS
-    kept), leaving `prompt_room` free, with `truncated_from` set and the text decoded from
-    the kept tokens."""
-    n = len(prompt.token_ids)
+def fit_prompt(question: str, write: Callable[[str], tuple[str, list[int]]], context: int | None, overflow: str,
+               max_step_tokens: int, tokenizer) -> Prompt:
+    """The root prompt `write(question)` (text, token ids) if it leaves room for at least
+    one new token in `context`. Otherwise, with `overflow="error"`, `PromptTooLong`; with
+    "truncate", the prompt of the question's last part: the template around it (BOS, a chat
+    turn's frame, a system prompt, instructions after the question) stays whole, and the
+    question keeps the most of its last tokens that leave `prompt_room` free. `question` of
+    the result is that part (the reward scores the steps against it), `truncated_from` the
+    whole prompt's length. Only the end of a long question is tokenized again to cut it."""
+    text, ids = write(question)
+    n = len(ids)
     if context is None or n < context:
-        return prompt
+        return Prompt(text, ids)
     keep = max(1, context - prompt_room(context, max_step_tokens))
     if overflow != "truncate":
         raise PromptTooLong(
             f"its prompt is {n} tokens and the model's context is {context} (no room to generate); shorten "
-            f"the question or policy.prompt_template, or set policy.prompt_overflow=truncate to keep its last "
-            f"{keep} tokens (policy.max_context overrides the model's max_position_embeddings)")
-    ids = list(prompt.token_ids)
-    bos = getattr(tokenizer, "bos_token_id", None)
-    head = ids[:1] if bos is not None and ids[0] == bos and keep > 1 else []
-    kept = head + ids[len(ids) - (keep - len(head)):]
-    text = tokenizer.decode(kept, skip_special_tokens=True) if tokenizer is not None else prompt.text
-    return Prompt(text, kept, truncated_from=n)
+            f"the question or policy.prompt_template, or set policy.prompt_overflow=truncate to keep the end of "
+            f"the question in a prompt of {keep} tokens (policy.max_context overrides the model's "
+            f"max_position_embeddings)")
+    frame = len(write("")[1])
+    budget = keep - frame
+    while budget >= 1:
+        kept = question_tail(tokenizer, question, budget)
+        text, ids = write(kept)
+        if len(ids) <= keep:
+            return Prompt(text, ids, truncated_from=n, question=kept)
+        budget -= len(ids) - keep  # the cut text tokenized otherwise beside the template
+    raise PromptTooLong(
+        f"its prompt is {n} tokens and the model's context is {context}; without the question it is already "
+        f"{frame} tokens, and a truncated prompt may hold {keep}: shorten policy.prompt_template or "
+        f"policy.system_prompt, or raise policy.max_context")
+
+
+def question_tail(tokenizer, question: str, n_tokens: int) -> str:
+    """The end of `question` that tokenizes to at most `n_tokens` tokens, cut where a token
+    starts. Only the question's last characters are tokenized (a window widened until it
+    holds more than `n_tokens` tokens), so a megabyte-long question costs no more than a
+    short one; the window's first token, maybe cut in two, is never kept."""
+    window = 8 * n_tokens + 64
+    while True:
+        chunk = question[-window:] if window < len(question) else question
+        try:
+            encoded = tokenizer(chunk, add_special_tokens=False, return_offsets_mapping=True)
+            offsets = encoded["offset_mapping"]
+        except (NotImplementedError, ValueError, TypeError, KeyError):  # a slow tokenizer has no offsets
+            encoded, offsets = tokenizer(chunk, add_special_tokens=False), None
+        ids = encoded["input_ids"]
+        if len(ids) > n_tokens or chunk is question:
+            break
+        window *= 4
+    if len(ids) <= n_tokens:
+        return question
+    first = len(ids) - n_tokens
+    if offsets is not None:
+        return chunk[offsets[first][0]:]
+    return tokenizer.decode(ids[first:], skip_special_tokens=False)
 
 
 def new_token_cap(path_len: int, context: int | None, max_step_tokens: int) -> int:
@@ -132,9 +170,11 @@ class PromptsAndSteps:
     `context_tokens` on the instance."""
 
     def format_prompt(self, question: str) -> Prompt:
-        prompt = Prompt(*render(self.tokenizer, self.config, self.prompt_format, question))
-        return fit_prompt(prompt, self.context_tokens, self.config.prompt_overflow, self.search.max_step_tokens,
-                          self.tokenizer)
+        def write(text: str) -> tuple[str, list[int]]:
+            return render(self.tokenizer, self.config, self.prompt_format, text)
+
+        return fit_prompt(question, write, self.context_tokens, self.config.prompt_overflow,
+                          self.search.max_step_tokens, self.tokenizer)
 
     @property
     def prompt_format(self) -> PromptFormat:

