@@ -251,7 +251,7 @@ class PolicyConfig:
                                       # float32 model halves KV bytes (faster large batches, logits ~1e-3 off)
     max_batch_tokens: int = 8192      # engine: tokens per forward
     max_context: int | None = None    # tokens a path may hold (None: the model's max_position_embeddings)
-    prompt_overflow: str = "error"    # a prompt that fills the context: error | truncate (keep its last tokens)
+    prompt_overflow: str = "error"    # a prompt that fills the context: error | truncate (keep the end of its question, inside its template)
     # vllm: vLLM's own engine options, passed to `vllm.LLM` (names in VLLM_OPTIONS), e.g.
     # {tensor_parallel_size: 2, gpu_memory_utilization: 0.8, block_size: 32}
     vllm: dict[str, Any] = field(default_factory=dict)
