@@ -1,6 +1,6 @@
 """The ETS integer program (HiGHS via scipy) and the semantic clustering it uses.
 
-    from lp import solve_selection
+    from ets.lp import solve_selection
     kept, objective, status = solve_selection(parents, leaves, weights, costs, clusters,
                                               lambda_c=1.0, lambda_s=1.5)
 
@@ -8,9 +8,14 @@ program.py builds the sparse program, solve.py solves it (time limit, fallback,
 tie-break), clustering.py embeds and clusters step texts. See ALGORITHMS.md, ETS.
 """
 
-from lp.clustering import StepClusterer, cluster_embeddings, load_embedder, prepare_embedder
-from lp.program import Layout, Program, build_program, tree_layout
-from lp.solve import DEFAULT_TIME_LIMIT, FALLBACK_STATUSES, Selection, solve_program, solve_selection
+if __name__ == "lp":  # this folder imported by its old name (a checkout on sys.path): it is ets.lp
+    from ets.namespace import take_old_name
+
+    take_old_name(__name__)
+
+from ets.lp.clustering import StepClusterer, cluster_embeddings, load_embedder, prepare_embedder
+from ets.lp.program import Layout, Program, build_program, tree_layout
+from ets.lp.solve import DEFAULT_TIME_LIMIT, FALLBACK_STATUSES, Selection, solve_program, solve_selection
 
 __all__ = [
     "DEFAULT_TIME_LIMIT",

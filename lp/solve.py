@@ -37,7 +37,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from lp.program import Program, build_program, tree_layout
+from ets.lp.program import Program, build_program, tree_layout
 
 # Seconds a solve may take before the REBASE fallback; every solve has one. A guard against a
 # pathological program, not a budget: the limit is wall-clock, so a solve that reaches it on

@@ -1,6 +1,6 @@
 """Process reward models: the plug-in interface (`ProcessRewardModel`) and the built-ins.
 
-    from rewards import build_reward
+    from ets.rewards import build_reward
     prm = build_reward(config.reward, config.policy, engine)   # by name, see registry.py
     scores = prm(questions, trajectories)                     # validated scores[q][t][s]
 
@@ -10,8 +10,13 @@ Built-ins: `step_tag` (Math-Shepherd convention), `token_classification`
 `module:attr`; any name an installed package registers under the `ets.rewards` entry points.
 """
 
-from rewards.base import ProcessRewardModel, RewardError, validate_scores
-from rewards.registry import BUILTINS, ENTRY_POINT_GROUP, build_reward, known_rewards, register_reward, resolve_reward
+if __name__ == "rewards":  # this folder imported by its old name (a checkout on sys.path): it is ets.rewards
+    from ets.namespace import take_old_name
+
+    take_old_name(__name__)
+
+from ets.rewards.base import ProcessRewardModel, RewardError, validate_scores
+from ets.rewards.registry import BUILTINS, ENTRY_POINT_GROUP, build_reward, known_rewards, register_reward, resolve_reward
 
 __all__ = [
     "BUILTINS",

@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from ets.config import ConfigError
-from rewards.marker_prm import MarkerPRM
-from rewards.marking import (SENTINEL, MarkedText, MarkerError, chat_pieces, check_template_syntax, clean_step, fill,
+from ets.rewards.marker_prm import MarkerPRM
+from ets.rewards.marking import (SENTINEL, MarkedText, MarkerError, chat_pieces, check_template_syntax, clean_step, fill,
                              join_marked, token_id)
-from rewards.step_tag import StepTagOptions, StepTagPRM
+from ets.rewards.step_tag import StepTagOptions, StepTagPRM
 
 STEP_TAG_FRAMING = ("tag", "template", "step_separator")
 

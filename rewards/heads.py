@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from rewards.base import RewardError
+from ets.rewards.base import RewardError
 
 AUTO_CLASSES = {
     "token_classification": "AutoModelForTokenClassification",

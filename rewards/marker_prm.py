@@ -19,9 +19,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from rewards.backends import ScoringBackend
-from rewards.base import ProcessRewardModel, RewardError
-from rewards.marking import MarkedText, MarkerError, tokenize_marked_batch
+from ets.rewards.backends import ScoringBackend
+from ets.rewards.base import ProcessRewardModel, RewardError
+from ets.rewards.marking import MarkedText, MarkerError, tokenize_marked_batch
 
 
 class MarkerPRM(ProcessRewardModel):

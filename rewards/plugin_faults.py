@@ -19,15 +19,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable
 
+import ets.config as config_package
 from ets.config import ConfigError
-from rewards.base import RewardError
+from ets.rewards.base import RewardError
 
 log = logging.getLogger(__name__)
 
-# The project's own packages: an exception raised in one of them is the project's bug.
-_ROOT = Path(__file__).resolve().parents[1]
-PROJECT_PACKAGES = ("ets", "rewards", "search", "lp")
-_PROJECT_DIRS = tuple(str(_ROOT / name) + "/" for name in PROJECT_PACKAGES)
+# The project's own code: an exception raised in it is the project's bug. One package, ets;
+# its files are ets/ and the folders of ets.search, ets.rewards and ets.lp, which sit beside
+# this one (inside ets/ when installed, beside it in a checkout).
+PROJECT_PACKAGES = ("ets",)
+_HERE = Path(__file__).resolve().parent
+_ETS_DIR = Path(config_package.__file__).resolve().parents[1]
+_PROJECT_DIRS = tuple(f"{folder}/" for folder in (_ETS_DIR, _HERE.parent / "search", _HERE, _HERE.parent / "lp"))
 _MAX_MESSAGE = 400  # characters of the plug-in's own message kept in the line
 DEBUG_HINT = "--log-level DEBUG shows the traceback"
 

@@ -26,19 +26,19 @@ from typing import Any
 
 from ets.config import ConfigError, PolicyConfig, RewardConfig
 from ets.config.checks import did_you_mean
-from rewards.base import ProcessRewardModel
-from rewards.options import RewardContext, parse_options
-from rewards.plugin import WHEN_BUILT_ADVICE, guard_scoring, make_plugin
-from rewards.plugin_faults import fault, guarded, is_project_module, module_of, passes_through
+from ets.rewards.base import ProcessRewardModel
+from ets.rewards.options import RewardContext, parse_options
+from ets.rewards.plugin import WHEN_BUILT_ADVICE, guard_scoring, make_plugin
+from ets.rewards.plugin_faults import fault, guarded, is_project_module, module_of, passes_through
 
 ENTRY_POINT_GROUP = "ets.rewards"
 
 BUILTINS: dict[str, str] = {
-    "step_tag": "rewards.step_tag:StepTagPRM",
-    "token_classification": "rewards.token_classification:TokenClassificationPRM",
-    "value_head": "rewards.value_head:ValueHeadPRM",
-    "chat_judgement": "rewards.chat_judgement:ChatJudgementPRM",
-    "verifier": "rewards.verifier:Verifier",
+    "step_tag": "ets.rewards.step_tag:StepTagPRM",
+    "token_classification": "ets.rewards.token_classification:TokenClassificationPRM",
+    "value_head": "ets.rewards.value_head:ValueHeadPRM",
+    "chat_judgement": "ets.rewards.chat_judgement:ChatJudgementPRM",
+    "verifier": "ets.rewards.verifier:Verifier",
 }
 
 _registered: dict[str, Any] = {}

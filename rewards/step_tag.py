@@ -36,12 +36,12 @@ from typing import Any, Callable
 import torch
 
 from ets.config import ConfigError
-from rewards.backends import EngineBackend, ScoringBackend, forward_backend, prefix_digests
-from rewards.marker_prm import MarkerPRM
-from rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id,
+from ets.rewards.backends import EngineBackend, ScoringBackend, forward_backend, prefix_digests
+from ets.rewards.marker_prm import MarkerPRM
+from ets.rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id,
                              tokenize_marked_offsets)
-from rewards.options import RewardContext, choice
-from rewards.surprise import SurpriseReadout, number_rows, number_token_ids, step_surprise
+from ets.rewards.options import RewardContext, choice
+from ets.rewards.surprise import SurpriseReadout, number_rows, number_token_ids, step_surprise
 
 BACKENDS = ("auto", "engine", "forward")
 MAX_MEMO_STEPS = 1 << 18       # steps whose surprise the readout remembers (a few MB)

@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ets.config import ConfigError
-from rewards.backends import forward_backend
-from rewards.heads import check_outputs, describe, load_pretrained
-from rewards.marker_prm import MarkerPRM
-from rewards.marking import (SENTINEL, MarkedText, MarkerError, chat_pieces, check_template_syntax, clean_step, mark_steps,
+from ets.rewards.backends import forward_backend
+from ets.rewards.heads import check_outputs, describe, load_pretrained
+from ets.rewards.marker_prm import MarkerPRM
+from ets.rewards.marking import (SENTINEL, MarkedText, MarkerError, chat_pieces, check_template_syntax, clean_step, mark_steps,
                              split_template, token_id)
-from rewards.options import RewardContext, choice
+from ets.rewards.options import RewardContext, choice
 
 AUTO_CLASSES = ("auto", "token_classification", "model")
 

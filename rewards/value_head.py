@@ -30,13 +30,13 @@ from dataclasses import dataclass
 import torch
 
 from ets.config import ConfigError
-from rewards.backends import forward_backend
-from rewards.base import RewardError
-from rewards.heads import LinearHead, Loaded, check_outputs, describe, load_pretrained, read_tensors
-from rewards.marker_prm import MarkerPRM
-from rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id,
+from ets.rewards.backends import forward_backend
+from ets.rewards.base import RewardError
+from ets.rewards.heads import LinearHead, Loaded, check_outputs, describe, load_pretrained, read_tensors
+from ets.rewards.marker_prm import MarkerPRM
+from ets.rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id,
                              tokenize_marked_batch, tokenize_pieces_batch)
-from rewards.options import RewardContext, choice
+from ets.rewards.options import RewardContext, choice
 
 HEADS = ("auto", "token_classification", "weights", "lm_logit", "lm_mean")
 TOKENIZE = ("pieces", "whole")

@@ -72,7 +72,7 @@ from typing import Mapping, Sequence
 
 from ets.demo.checker import ERRORS, computation, judge_steps, parse_answer, parse_equation
 from ets.demo.task import DemoParseError, Problem, parse_question
-from rewards.base import ProcessRewardModel, RewardError
+from ets.rewards.base import ProcessRewardModel, RewardError
 
 
 STEP_KINDS = {"*": "product", "+": "sum", "-": "difference", "/": "quotient"}

@@ -83,7 +83,8 @@ def reference_package(rev: str) -> str:
             continue
         text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"],
                               check=True, capture_output=True, text=True).stdout
-        text = re.sub(r"\b(from|import) rewards\b", rf"\1 {name}", text)
+        # its own modules, by their name then (`rewards`) or now (`ets.rewards`)
+        text = re.sub(r"\b(from|import) (?:ets\.)?rewards\b", rf"\1 {name}", text)
         (folder / Path(path).name).write_text(text)
     sys.path.insert(0, str(folder.parent))
     return name
@@ -167,13 +168,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     model, tok = load_causal_lm(args.model, device=args.device, dtype=args.dtype)
     questions, previous, current = workload(args.problems, args.candidates, args.depth)
-    packages = {"now": ("rewards", None)}
+    packages = {"now": ("ets.rewards", None)}
     if args.against:
         packages[args.against] = (reference_package(args.against), None)
     elif args.surprise:
         from ets.app.demo import demo_surprise
 
-        packages = {"tag": ("rewards", None), "surprise": ("rewards", demo_surprise())}
+        packages = {"tag": ("ets.rewards", None), "surprise": ("ets.rewards", demo_surprise())}
     print(f"model {args.model} | backend {args.backend} | {args.problems} problems x {args.candidates} candidates, "
           f"history {args.depth} steps | threads {torch.get_num_threads()} | "
           f"TOKENIZERS_PARALLELISM={os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')} | {args.repeats} repeats")
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
             a, b = scores.values()
             worst = max([worst] + [abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)])
 
-    tokens = sum(len(ids) for ids, _ in make_prm("rewards", model, tok, "forward", 0).encode_batch(
+    tokens = sum(len(ids) for ids, _ in make_prm("ets.rewards", model, tok, "forward", 0).encode_batch(
         [(q, s) for q, trajs in zip(questions, current) for s in trajs]))
     print(f"{sum(map(len, current))} candidates, {tokens} tokens in all")
     print(f"{'phase':10s}" + "".join(f"{k:>26s}" for k in packages) + ("   ratio" if len(packages) == 2 else ""))

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from ets.engine import Engine
     from ets.models.load import load_causal_lm
-    from rewards.step_tag import StepTagPRM
+    from ets.rewards.step_tag import StepTagPRM
 
     model, tok = load_causal_lm(args.model, device=args.device, dtype=args.dtype)
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ets.demo import generate_split  # noqa: E402
 from ets.demo.solutions import next_moves, step_text  # noqa: E402
 from ets.demo.metrics import roc_auc  # noqa: E402
-from lp.clustering import DEFAULT_EMBEDDER, STATIC_PREFIX, load_embedder  # noqa: E402
+from ets.lp.clustering import DEFAULT_EMBEDDER, STATIC_PREFIX, load_embedder  # noqa: E402
 
 CUTS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4)
 

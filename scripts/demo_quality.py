@@ -48,7 +48,7 @@ from ets.demo import (POLICY_PATH, PRM_PATH, PROMPT_TEMPLATE, judge_steps, load_
 from ets.demo.checker import ERRORS  # noqa: E402
 from ets.app.demo import demo_surprise, prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
-from rewards.surprise import WEIGHTS  # noqa: E402
+from ets.rewards.surprise import WEIGHTS  # noqa: E402
 from ets.answers.aggregate import choose_answer  # noqa: E402
 from ets.demo.metrics import (computation_auc, computation_consistency, mean_auc_within,  # noqa: E402
                               miss_persistence, rebase_steering, roc_auc)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ets.app.demo import fit_demo_surprise  # noqa: E402
 from ets.demo import POLICY_PATH, PRM_PATH  # noqa: E402
-from rewards.surprise import WEIGHTS  # noqa: E402
+from ets.rewards.surprise import WEIGHTS  # noqa: E402
 
 
 def main(argv=None):

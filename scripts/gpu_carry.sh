@@ -18,6 +18,6 @@ for pkg in math-verify latex2sympy2_extended antlr4-python3-runtime; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .gpu/whl "$pkg==$(version "$pkg")"
 done
-folder=$(python3 -c "from lp.clustering import static_embedder; print(static_embedder('all-MiniLM-L6-v2'))")
+folder=$(python3 -c "from ets.lp.clustering import static_embedder; print(static_embedder('all-MiniLM-L6-v2'))")
 cp -r "$folder" .gpu/static-embedder
 du -sh .gpu/whl .gpu/static-embedder

@@ -79,7 +79,7 @@ from ets.demo.steering import steering_loss  # noqa: E402
 from ets.app.demo import fit_demo_surprise, prm_scores  # noqa: E402
 from ets.app.samples import sample_solutions  # noqa: E402
 from ets.demo.hf import prm_text, single_token_id  # noqa: E402
-from rewards.surprise import WEIGHTS  # noqa: E402
+from ets.rewards.surprise import WEIGHTS  # noqa: E402
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 

@@ -24,8 +24,8 @@ import math
 
 from ets.answers.aggregate import aggregate
 from ets.tree import Node
-from search.base import Allocation, Frontier, Strategy, register, selection_score
-from search.compat import later_first
+from ets.search.base import Allocation, Frontier, Strategy, register, selection_score
+from ets.search.compat import later_first
 
 
 def beams_kept(width: int, fixed_width: int | None) -> int:

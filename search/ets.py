@@ -41,10 +41,10 @@ from collections import Counter
 import numpy as np
 
 from ets.tree import Node
-from lp import FALLBACK_STATUSES, StepClusterer, prepare_embedder, solve_selection
-from search.base import Allocation, Frontier, Strategy, register
-from search.compat import EARLIER, LATER, reference_allocate
-from search.rebase import allocate
+from ets.lp import FALLBACK_STATUSES, StepClusterer, prepare_embedder, solve_selection
+from ets.search.base import Allocation, Frontier, Strategy, register
+from ets.search.compat import EARLIER, LATER, reference_allocate
+from ets.search.rebase import allocate
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-import search
+from ets import search
 from ets.config import SearchConfig
 from ets.tree import SearchTree
-from search.compat import earlier_first, later_first, reference_allocate
-from search.rebase import allocate
+from ets.search.compat import earlier_first, later_first, reference_allocate
+from ets.search.rebase import allocate
 from tests.helpers import add_children, frontier, tree_with_children
 
 

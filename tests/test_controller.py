@@ -85,7 +85,7 @@ def test_kv_size_steps_match_the_tree(policy):
 
 
 def test_bad_reward_is_named(policy):
-    from rewards.base import RewardError
+    from ets.rewards.base import RewardError
 
     def nan_reward(questions, trajectories):
         return [[[float("nan")] * len(t) for t in per_q] for per_q in trajectories]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ets.models.tiny import build_tiny_model
-from rewards.backends import ForwardBackend
+from ets.rewards.backends import ForwardBackend
 from tests.test_determinism import assert_same_records, overrides, run_to, write_problems
 
 

@@ -17,17 +17,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Lowest first. A package may import only packages of strictly lower layers (and itself).
 LAYERS: list[tuple[str, ...]] = [
-    ("ets.config", "ets.tree", "ets.demo", "ets.models", "ets.paths"),  # foundations: nothing of the project
+    ("ets.config", "ets.tree", "ets.demo", "ets.models", "ets.paths", "ets.namespace"),  # foundations: nothing of the project
     ("ets.answers", "ets.engine"),                            # answer math; the KV-cache engine
-    ("ets.data", "lp"),                                       # problems; the ETS integer program
-    ("search", "rewards", "ets.policy"),                      # strategies, PRMs, policy backends
+    ("ets.data", "ets.lp"),                                   # problems; the ETS integer program
+    ("ets.search", "ets.rewards", "ets.policy"),              # strategies, PRMs, policy backends
     ("ets.loop",),                                            # the search loop
     ("ets",),                                                 # the `ets.search` facade
     ("ets.app",),                                             # the commands
     ("ets.__main__",),                                        # `python -m ets`
 ]
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
-PACKAGES = ("ets", "search", "rewards", "lp")
+FOLDERS = ("ets", "search", "rewards", "lp")  # search/, rewards/, lp/: ets.search, ets.rewards, ets.lp
+PACKAGES = ("ets", "ets.search", "ets.rewards", "ets.lp")
 
 
 def owner(module: str) -> str | None:
@@ -45,6 +46,8 @@ def module_name(path: Path) -> str:
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
+    if parts[0] != "ets":
+        parts = ["ets", *parts]
     return ".".join(parts)
 
 
@@ -68,7 +71,7 @@ def imported(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, st
 
 
 def project_modules() -> list[Path]:
-    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+    return sorted(p for folder in FOLDERS for p in (ROOT / folder).rglob("*.py"))
 
 
 def test_every_project_module_has_a_layer():
@@ -100,9 +103,9 @@ def test_the_check_flags_upward_and_sideways_imports():
     inside a function, also relative) and a package importing one of its own layer."""
     assert violations("def f():\n    from ets.loop.controller import search\n", "ets.engine.engine")
     assert violations("from ..policy import Step\n", "ets.engine.engine")
-    assert violations("import rewards\n", "search.beam")  # same layer: sideways
+    assert violations("from ets import rewards\n", "ets.search.beam")  # same layer: sideways
     assert not violations("from ets.engine.pool import KVPool\nimport torch\n", "ets.engine.engine")
-    assert not violations("from ets.tree import Node\n", "search.beam")
+    assert not violations("from ets.tree import Node\n", "ets.search.beam")
 
 
 def test_the_engine_knows_nothing_of_the_search():

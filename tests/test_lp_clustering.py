@@ -10,9 +10,9 @@ import pytest
 from scipy.cluster.hierarchy import fcluster, linkage
 
 from ets.config import ConfigError, SearchConfig
-from lp import StepClusterer, cluster_embeddings
-from lp.clustering import DEFAULT_EMBEDDER, STATIC_PREFIX, prepare_embedder, static_embedder
-from search import build
+from ets.lp import StepClusterer, cluster_embeddings
+from ets.lp.clustering import DEFAULT_EMBEDDER, STATIC_PREFIX, prepare_embedder, static_embedder
+from ets.search import build
 
 
 def test_matches_scipy_cosine_average_linkage():

@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 import pytest
 
-from lp import build_program, solve_program, solve_selection, tree_layout
+from ets.lp import build_program, solve_program, solve_selection, tree_layout
 
 
 def random_tree(rng: np.random.Generator, max_leaves: int = 12) -> tuple[list[int], list[int]]:

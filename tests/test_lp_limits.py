@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lp import solve_selection, tree_layout
+from ets.lp import solve_selection, tree_layout
 from tests.test_lp_exact import ancestors_of, random_tree, search_tree
 
 
@@ -120,7 +120,7 @@ def test_config_default_time_limit_is_the_solvers():
     # Two copies by design: the config stays free of scipy (the CLI starts without it), and
     # lp does not import the app's config. A run's recorded `lp_time_limit` is the config's.
     from ets.config.sections import SearchConfig
-    from lp import DEFAULT_TIME_LIMIT
+    from ets.lp import DEFAULT_TIME_LIMIT
 
     assert SearchConfig().lp_time_limit == DEFAULT_TIME_LIMIT
 

@@ -69,7 +69,7 @@ def test_a_module_that_fails_to_import_is_one_line(tmp_path, capsys, plugins, ca
 
 def test_a_constructor_that_raises_is_one_line(tmp_path, capsys, plugins):
     plugins("fault_build.py", """
-        from rewards import ProcessRewardModel
+        from ets.rewards import ProcessRewardModel
 
         class Scorer(ProcessRewardModel):
             def __init__(self, weights: str = "w.bin"):
@@ -87,7 +87,7 @@ def test_a_constructor_that_raises_is_one_line(tmp_path, capsys, plugins):
 @pytest.mark.parametrize("check", [False, True], ids=["run", "check"])
 def test_a_class_without_score_is_refused_before_it_is_built(tmp_path, capsys, plugins, check):
     plugins("fault_noscore.py", """
-        from rewards import ProcessRewardModel
+        from ets.rewards import ProcessRewardModel
 
         class Scorer(ProcessRewardModel):
             def scores(self, questions, trajectories):   # a typo: not `score`

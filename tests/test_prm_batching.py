@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from ets.models.tiny import STEP_TAG, build_tiny_model
-from rewards.backends import EngineBackend, ForwardBackend, _starting_with
-from rewards.base import RewardError
-from rewards.marking import (MarkedText, MarkerError, mark_steps, tokenize_marked, tokenize_marked_batch,
+from ets.rewards.backends import EngineBackend, ForwardBackend, _starting_with
+from ets.rewards.base import RewardError
+from ets.rewards.marking import (MarkedText, MarkerError, mark_steps, tokenize_marked, tokenize_marked_batch,
                              tokenize_pieces, tokenize_pieces_batch)
-from rewards.step_tag import StepTagOptions, StepTagPRM
-from rewards.value_head import ValueHeadOptions, ValueHeadPRM
+from ets.rewards.step_tag import StepTagOptions, StepTagPRM
+from ets.rewards.value_head import ValueHeadOptions, ValueHeadPRM
 
 QUESTIONS = ["Tom has 3 apples and buys 4 more. How many apples does he have?", "What is {x}^2 if x = 3?",
              "Ivy buys 7 towels at 30 dollars each and 6 socks at 49 dollars each. How much?"]

@@ -72,7 +72,7 @@ def test_a_rebase_recipe_runs_too(tmp_path):
 
 
 def test_mistral_gives_the_math_shepherd_prm_tokens():
-    from rewards import build_reward
+    from ets.rewards import build_reward
 
     c = load_config(recipe(16), ["reward_model_type=mistral", "policy.model=tiny:llama"])
     assert c.reward.name == "step_tag"

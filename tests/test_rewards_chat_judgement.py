@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ets.config import ConfigError, PolicyConfig, RewardConfig
-from rewards import build_reward
-from rewards.chat_judgement import ChatJudgementOptions, ChatJudgementPRM
+from ets.rewards import build_reward
+from ets.rewards.chat_judgement import ChatJudgementOptions, ChatJudgementPRM
 from tests import tiny_prms
 
 QUESTIONS = ["Tom has 3 apples and buys 4 more. How many?", "What is 2 + 2?"]

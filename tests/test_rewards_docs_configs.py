@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rewards import resolve_reward
-from rewards.options import parse_options
+from ets.rewards import resolve_reward
+from ets.rewards.options import parse_options
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "rewards.md"
 EXAMPLES = [b for b in re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S) if b.startswith("reward:")]

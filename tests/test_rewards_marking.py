@@ -2,7 +2,7 @@
 
 import pytest
 
-from rewards.marking import (
+from ets.rewards.marking import (
     SENTINEL, MarkerError, chat_pieces, fill, join_marked, mark_steps, split_template, tokenize_marked, tokenize_pieces,
 )
 
@@ -62,7 +62,7 @@ def sentencepiece_like_tokenizer():
 
 
 def test_math_shepherd_style_pieces_are_found():
-    from rewards.marking import token_id
+    from ets.rewards.marking import token_id
 
     tok = sentencepiece_like_tokenizer()
     tag = token_id(tok, " ки", "step tag")

@@ -8,9 +8,9 @@ import textwrap
 import pytest
 
 from ets.config import ConfigError, PolicyConfig, RewardConfig
-from rewards import ProcessRewardModel, RewardError, build_reward, known_rewards, register_reward
-from rewards.options import parse_options
-from rewards.step_tag import StepTagOptions
+from ets.rewards import ProcessRewardModel, RewardError, build_reward, known_rewards, register_reward
+from ets.rewards.options import parse_options
+from ets.rewards.step_tag import StepTagOptions
 
 QUESTIONS = ["What is 1+1?", "What is 2*3?"]
 TRAJS = [[["1+1=2\n", "So 2.\n"], ["It is 3.\n"]], [["2*3=6\n"]]]
@@ -145,7 +145,7 @@ def test_verifier_is_registered_lazily():
     # is known either way, and resolves once that file exists.
     assert "verifier" in known_rewards()
     try:
-        importlib.import_module("rewards.verifier")
+        importlib.import_module("ets.rewards.verifier")
     except ModuleNotFoundError:
         with pytest.raises(ConfigError, match="verifier"):
             build("verifier")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ets.app.cli import main
-from rewards import RewardError, validate_scores
+from ets.rewards import RewardError, validate_scores
 
 TRAJS = [[["a", "b"], ["c"]], [["d"]]]          # 2 questions; 2 + 1 trajectories
 GOOD = [[[0.1, 0.2], [0.3]], [[0.4]]]

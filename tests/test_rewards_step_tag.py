@@ -6,10 +6,10 @@ import torch
 
 from ets.config import ConfigError, PolicyConfig, RewardConfig
 from ets.models.tiny import STEP_TAG, build_tiny_model
-from rewards import build_reward
-from rewards.marking import MarkerError, token_id
-from rewards.backends import EngineBackend
-from rewards.step_tag import StepTagOptions, StepTagPRM
+from ets.rewards import build_reward
+from ets.rewards.marking import MarkerError, token_id
+from ets.rewards.backends import EngineBackend
+from ets.rewards.step_tag import StepTagOptions, StepTagPRM
 
 QUESTIONS = ["Tom has 3 apples and buys 4 more. How many apples does he have?", "What is {x}^2 if x = 3?"]
 # Two questions; siblings share history and differ in the newest step; one empty trajectory.

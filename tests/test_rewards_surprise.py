@@ -12,9 +12,9 @@ import torch
 from ets.config import ConfigError, RewardConfig
 from ets.engine import Engine
 from ets.models.tiny import STEP_TAG, build_tiny_model
-from rewards import build_reward
-from rewards.step_tag import StepTagOptions, StepTagPRM
-from rewards.surprise import fit_readout, readout_features
+from ets.rewards import build_reward
+from ets.rewards.step_tag import StepTagOptions, StepTagPRM
+from ets.rewards.surprise import fit_readout, readout_features
 
 QUESTION = "Tom has 37 apples and buys 45 more. How many?"
 TRAJS = [["37 + 45 = 82\n\n", "The answer is 82.\n\n"], ["37 + 45 = 72\n\n", "So 72 apples.\n\n"],

@@ -7,7 +7,7 @@ from transformers import AutoModelForTokenClassification
 
 from ets.config import ConfigError, PolicyConfig, RewardConfig
 from ets.models.tiny import build_tokenizer, tiny_config
-from rewards import build_reward
+from ets.rewards import build_reward
 from tests.tiny_prms import vocab_rows
 
 SEP = "<extra_0>"
@@ -82,7 +82,7 @@ def test_missing_separator_or_bad_label_fails_at_load(checkpoint):
 
 def test_a_prm_with_its_own_code_loads_with_trust_remote_code_and_reads_its_head(tmp_path):
     """Qwen2.5-Math-PRM's layout: `Qwen2ForProcessRewardModel` in the checkpoint's own code."""
-    from rewards.base import RewardError
+    from ets.rewards.base import RewardError
     from tests import tiny_prms
 
     path = tiny_prms.qwen_math_prm(tmp_path)

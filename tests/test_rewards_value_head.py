@@ -8,8 +8,8 @@ from transformers import AutoModel, AutoModelForTokenClassification, AutoTokeniz
 
 from ets.config import ConfigError, PolicyConfig, RewardConfig
 from ets.models.tiny import STEP_TAG, build_tiny_model
-from rewards import RewardError, build_reward
-from rewards.heads import read_tensors
+from ets.rewards import RewardError, build_reward
+from ets.rewards.heads import read_tensors
 from tests import tiny_prms
 
 QUESTION = "Tom has 3 apples and buys 4 more. How many?"

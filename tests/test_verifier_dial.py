@@ -16,8 +16,8 @@ def problems(n, seed=0):
 
 
 def test_verifier_scores_shape_and_values():
-    from rewards.base import RewardError, validate_scores
-    from rewards.verifier import Verifier
+    from ets.rewards.base import RewardError, validate_scores
+    from ets.rewards.verifier import Verifier
 
     ps = problems(3, 12)
     rng = random.Random(0)
@@ -38,8 +38,8 @@ def test_verifier_blurred_to_an_auc_scores_right_steps_above_wrong_ones_that_oft
     from scipy.stats import mannwhitneyu
 
     from ets.demo.spoil import spoil
-    from rewards.base import RewardError
-    from rewards.verifier import Verifier
+    from ets.rewards.base import RewardError
+    from ets.rewards.verifier import Verifier
 
     rng = random.Random(1)
     questions, trajs = [], []
@@ -93,8 +93,8 @@ def test_verifier_with_persistence_carries_its_mistakes_along_a_path_at_the_same
     trained PRM whose misses persist (miss persistence ~0.65 at rho 0.8, 0 at rho 0) while
     its step AUC and its prefix-determinism stay as they were; rho 0 is the plain dial."""
     from ets.demo.metrics import miss_persistence, roc_auc
-    from rewards.base import RewardError
-    from rewards.verifier import Verifier
+    from ets.rewards.base import RewardError
+    from ets.rewards.verifier import Verifier
 
     questions, trajs, labels = carried_twins(200, 23, random.Random(4), lambda ref: len(ref) // 2)
     flat_labels = [ok for labs in labels for ok in labs]
@@ -122,8 +122,8 @@ def test_verifier_kind_bias_shifts_every_step_of_a_kind_alike_and_no_other():
     and so is the ranking within a kind."""
     from statistics import NormalDist
 
-    from rewards.base import RewardError
-    from rewards.verifier import Verifier, step_kind
+    from ets.rewards.base import RewardError
+    from ets.rewards.verifier import Verifier, step_kind
 
     rng = random.Random(5)
     ps = problems(20, 24)
@@ -154,8 +154,8 @@ def test_verifier_kind_auc_tells_a_kinds_right_and_wrong_steps_apart_at_its_own_
     """`kind_auc`: products at 0.95, every other kind at `auc` (0.65), measured on
     reference solutions and their spoiled twins."""
     from ets.demo.metrics import roc_auc
-    from rewards.base import RewardError
-    from rewards.verifier import Verifier, step_kind
+    from ets.rewards.base import RewardError
+    from ets.rewards.verifier import Verifier, step_kind
 
     questions, trajs, labels = carried_twins(300, 25, random.Random(6), lambda ref: len(ref) - 1)
     scores = [t for pair in Verifier(auc=0.65, kind_auc={"product": 0.95})(questions, trajs) for t in pair]
@@ -174,8 +174,8 @@ def test_verifier_error_auc_is_blind_to_one_error_at_its_own_auc():
     twins; unknown errors are refused."""
     from ets.demo.checker import judge_steps
     from ets.demo.metrics import roc_auc
-    from rewards.base import RewardError
-    from rewards.verifier import Verifier
+    from ets.rewards.base import RewardError
+    from ets.rewards.verifier import Verifier
 
     questions, trajs, _ = carried_twins(400, 29, random.Random(10), lambda ref: len(ref) - 1)
     scores = [t for pair in Verifier(auc=0.95, error_auc={"operand": 0.7})(questions, trajs) for t in pair]
@@ -198,8 +198,8 @@ def test_verifier_trust_accepted_values_scores_what_builds_on_an_accepted_mistak
     rejected, like a wrong one (-d/2). Without the option both sit at -d/2."""
     from statistics import NormalDist
     from ets.demo.checker import judge_steps
-    from rewards.base import RewardError
-    from rewards.verifier import Verifier
+    from ets.rewards.base import RewardError
+    from ets.rewards.verifier import Verifier
 
     probit = NormalDist().inv_cdf
     half = math.sqrt(2) * probit(0.8) / 2
@@ -229,9 +229,9 @@ def test_verifier_computation_share_1_scores_a_computation_alike_in_every_path_a
     The step AUC is still the one asked for."""
     from ets.demo.metrics import roc_auc
     from ets.demo.spoil import carry_forward, spoil
-    from rewards.base import RewardError
+    from ets.rewards.base import RewardError
     from ets.demo.checker import computation
-    from rewards.verifier import Verifier
+    from ets.rewards.verifier import Verifier
 
     rng = random.Random(7)
     shared = differ = 0
@@ -269,7 +269,7 @@ def test_computation_consistency_tells_one_verdict_per_computation_from_one_per_
     too few groups: NaN."""
     from ets.demo.metrics import computation_consistency
     from ets.demo.spoil import spoil
-    from rewards.verifier import Verifier
+    from ets.rewards.verifier import Verifier
 
     rng = random.Random(8)
     questions, trajs, labels = [], [], []
@@ -295,7 +295,7 @@ def test_computation_auc_counts_each_computation_once_however_many_paths_make_it
     does not. The keyed dial's computation AUC is the AUC it was set to."""
     from ets.demo.metrics import computation_auc, roc_auc
     from ets.demo.spoil import spoil
-    from rewards.verifier import Verifier
+    from ets.rewards.verifier import Verifier
 
     trajs = [[f"Part {i}: 2 * 3 = 6\n", "Sum: 6 + 1 = 8\n"] for i in range(10)] + [["Part: 2 * 4 = 9\n"]]
     labels = [[True, False]] * 10 + [[False]]
@@ -347,7 +347,7 @@ def test_miss_persistence_tells_a_prm_whose_misses_carry_on_from_one_that_judges
     not count."""
     from ets.demo.metrics import miss_persistence
     from ets.demo.spoil import spoil
-    from rewards.verifier import Verifier
+    from ets.rewards.verifier import Verifier
 
     rng = random.Random(2)
     questions, trajs, labels = [], [], []

@@ -508,7 +508,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from ets.app.evaluate import EvalError
     from ets.app.jsonl import ResultsFileError
     from ets.models.load import ModelLoadError
-    from rewards.base import RewardError
+    from ets.rewards.base import RewardError
 
     return (ConfigError, DataError, EvalError, ResultsFileError, ModelLoadError, RewardError, FileNotFoundError)
 

@@ -64,7 +64,7 @@ def run_demo(
     from ets.app.sweep import run_sweep, sweep_configs
     from ets.data import load_problems
 
-    import search
+    from ets import search
 
     config = demo_config(width, problems, out, backend)
     methods = list(methods) if methods is not None else search.available()
@@ -109,7 +109,7 @@ def prm_model(model, tok, surprise: dict[str, float] | None = None):
     `surprise`, read with its LM's surprise (rewards/surprise.py)."""
     # imported here: the rest of this module runs in `ets demo`'s driver, which needs no torch
     # (its runs go to worker processes), and importing it there held up their start by ~2.5 s
-    from rewards.step_tag import StepTagOptions, StepTagPRM
+    from ets.rewards.step_tag import StepTagOptions, StepTagPRM
 
     options = StepTagOptions(tag=STEP_TAG, good_token=GOOD_TOKEN, bad_token=BAD_TOKEN, backend="forward",
                              surprise=surprise)
@@ -132,7 +132,7 @@ def fit_demo_surprise(policy, policy_tok, prm, prm_tok, problems: int = 100, sam
     from ets.app.samples import sample_solutions
     from ets.demo import generate_split, judge_steps
     from ets.demo.metrics import roc_auc
-    from rewards.surprise import WEIGHTS, fit_readout, readout_features
+    from ets.rewards.surprise import WEIGHTS, fit_readout, readout_features
 
     chosen = generate_split("validation", problems, 0)
     questions = [p.question for p in chosen]

@@ -64,7 +64,7 @@ def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True
         todo = [r for r in records if r["id"] not in writer.done_ids]
         if todo:
             if reward is None:
-                from rewards import build_reward
+                from ets.rewards import build_reward
 
                 reward = build_reward(config.reward, config.policy)
             start = time.perf_counter()  # the scoring alone, the PRM loaded
@@ -89,7 +89,7 @@ def rescored(records: Sequence[dict[str, Any]], reward, config: RunConfig) -> li
     """`records` with every trajectory's step scores from `reward` (one call), its answer
     read again by `config`'s answer rules, and the answer chosen again by its aggregation
     and vote, as the search loop reads and chooses them (ets/loop/controller.py `_record`)."""
-    from rewards.base import validate_scores
+    from ets.rewards.base import validate_scores
 
     search = config.search
     questions = [r["question"] for r in records]

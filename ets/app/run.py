@@ -22,13 +22,13 @@ from ets.app.output import OutputError, check_output_path, open_output, read_jso
 from ets.app.writer import FULL
 from ets.policy.base import Policy
 from ets.policy.build import build_policy
-from search import build as build_strategy
+from ets.search import build as build_strategy
 
 log = logging.getLogger(__name__)
 
 
 def build_reward_for(config: RunConfig, policy: Policy):
-    from rewards import build_reward
+    from ets.rewards import build_reward
 
     # The policy's engine is offered for PRMs that share its weights (step_tag with
     # share_policy_engine); by default a PRM keeps its own KV pool (its own key,
@@ -143,10 +143,10 @@ def check_config(config: RunConfig) -> str:
 
     from ets.models.folder import check_model_folder
     from ets.models.load import check_model_exists
-    from rewards.options import parse_options
-    from rewards.plugin_faults import is_project_module, module_of
-    from rewards.plugin import check_plugin
-    from rewards.registry import resolve_reward
+    from ets.rewards.options import parse_options
+    from ets.rewards.plugin_faults import is_project_module, module_of
+    from ets.rewards.plugin import check_plugin
+    from ets.rewards.registry import resolve_reward
 
     build_strategy(config.search)
     check_output_path(Path(config.output))

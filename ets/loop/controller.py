@@ -77,8 +77,8 @@ from ets.loop.lookahead import look_ahead
 from ets.loop.record import result_record
 from ets.policy.base import ExpandRequest, Policy, Prompt, PromptTooLong, SamplingSettings
 from ets.tree import Node, SearchTree, kv_size
-from rewards.base import validate_scores
-from search import Frontier, Strategy, build
+from ets.rewards.base import validate_scores
+from ets.search import Frontier, Strategy, build
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from ets.config import SearchConfig
 from ets.loop import rules
 from ets.policy.base import ExpandRequest, Policy, SamplingSettings
 from ets.tree import Node
-from rewards.base import validate_scores
-from search.base import LOOKAHEAD_SCORE
+from ets.rewards.base import validate_scores
+from ets.search.base import LOOKAHEAD_SCORE
 
 
 @dataclass(eq=False)
