@@ -1,14 +1,16 @@
-"""The import names of the strategies, the reward models and the ETS program: `ets.search`,
-`ets.rewards` and `ets.lp`, and their old top-level names.
+"""The import names of the selection strategies, the reward models and the ETS program:
+`ets.strategies`, `ets.rewards` and `ets.lp`, and their old top-level names `search`,
+`rewards` and `lp`.
 
 The repository keeps the three packages in folders beside ets/ (search/, rewards/, lp/).
 An installed ets holds them inside ets/ (pyproject.toml's `package-dir`: a wheel copies
 them there, an editable install maps the names to the folders), so there the names resolve
 by themselves. Run from a checkout without installing (PYTHONPATH=the repository), they
-would not: `CheckoutFinder` maps each to the folder beside the ets/ that was imported, and
+would not: `CheckoutFinder` maps each to its folder beside the ets/ that was imported, and
 only to it. It is one finder for three exact names rather than the repository added to
 `ets.__path__`, which would also make `ets.tests`, `ets.scripts` and a second copy of ets
-itself (`ets.ets`) importable.
+itself (`ets.ets`) importable, and could not give the folder search/ the name
+`ets.strategies` (`ets.search` is the function that runs searches).
 
 The old names (`import rewards`, `from search.beam import BeamSearch`) still work, with a
 DeprecationWarning, and give the very same module objects as the new ones: a second copy
@@ -28,9 +30,13 @@ import importlib
 import sys
 import warnings
 from importlib.machinery import ModuleSpec, PathFinder
+from importlib.util import spec_from_file_location
 from pathlib import Path
 
-MOVED = ("search", "rewards", "lp")
+# Each package's name under ets -> its folder in the repository, which is also its old
+# top-level name.
+MOVED = {"strategies": "search", "rewards": "rewards", "lp": "lp"}
+NEW_NAME = {folder: name for name, folder in MOVED.items()}  # old top-level name -> name under ets
 
 _ETS_DIR = Path(__file__).resolve().parent
 _ROOT = _ETS_DIR.parent
@@ -38,12 +44,13 @@ _ROOT = _ETS_DIR.parent
 
 def in_checkout() -> bool:
     """The packages sit beside ets/ (a repository), not inside it (an installed ets)."""
-    return all((_ROOT / name / "__init__.py").is_file() and not (_ETS_DIR / name).exists() for name in MOVED)
+    return all((_ROOT / folder / "__init__.py").is_file() and not (_ETS_DIR / name).exists()
+               for name, folder in MOVED.items())
 
 
 class CheckoutFinder:
-    """`ets.search`, `ets.rewards`, `ets.lp` -> the folders search/, rewards/, lp/ beside
-    ets/. Their modules are then found in the package's `__path__` as usual."""
+    """`ets.strategies`, `ets.rewards`, `ets.lp` -> the folders search/, rewards/, lp/
+    beside ets/. Their modules are then found in the package's `__path__` as usual."""
 
     _ets_namespace = True
 
@@ -51,26 +58,28 @@ class CheckoutFinder:
         parent, _, name = fullname.rpartition(".")
         if parent != "ets" or name not in MOVED:
             return None
-        return PathFinder.find_spec(fullname, [str(_ROOT)])
+        folder = _ROOT / MOVED[name]
+        return spec_from_file_location(fullname, folder / "__init__.py", submodule_search_locations=[str(folder)])
 
 
 class OldNameFinder:
-    """`rewards`, `rewards.base`, ... -> the modules `ets.rewards`, `ets.rewards.base`, ...
-    (the same objects), with a DeprecationWarning."""
+    """`search`, `search.beam`, `rewards`, ... -> the modules `ets.strategies`,
+    `ets.strategies.beam`, `ets.rewards`, ... (the same objects), with a DeprecationWarning."""
 
     _ets_namespace = True
 
     def find_spec(self, fullname: str, path=None, target=None) -> ModuleSpec | None:
-        top = fullname.partition(".")[0]
-        if top not in MOVED:
+        top, dot, rest = fullname.partition(".")
+        if top not in NEW_NAME:
             return None
-        if fullname == top:
+        new_top = f"ets.{NEW_NAME[top]}"
+        if not dot:
             found = PathFinder.find_spec(fullname, path)
             if found is not None and not _is_project_folder(found, top):
                 return None  # a module of the user's by that name: theirs, as Python would have it
-        elif sys.modules.get(top) is None or sys.modules.get(top) is not sys.modules.get(f"ets.{top}"):
+        elif sys.modules.get(top) is None or sys.modules.get(top) is not sys.modules.get(new_top):
             return None  # a submodule of a package that is not ours
-        return ModuleSpec(fullname, _OldNameLoader(f"ets.{fullname}"), is_package=fullname == top)
+        return ModuleSpec(fullname, _OldNameLoader(new_top + dot + rest), is_package=not dot)
 
 
 class _OldNameLoader:
@@ -93,9 +102,10 @@ class _OldNameLoader:
 
 def take_old_name(old_name: str) -> None:
     """For search/, rewards/ or lp/ while it is being imported by its old top-level name
-    (from a checkout on sys.path, before ets): that name becomes the package `ets.<name>`
-    itself, which the import of the old name then returns."""
-    new_name = f"ets.{old_name}"
+    (from a checkout on sys.path, before ets): that name becomes the package under ets
+    (`ets.strategies`, `ets.rewards`, `ets.lp`) itself, which the import of the old name
+    then returns."""
+    new_name = f"ets.{NEW_NAME[old_name]}"
     module = importlib.import_module(new_name)
     _warn(old_name, new_name, stacklevel=3)
     sys.modules[old_name] = module
@@ -110,8 +120,8 @@ def install() -> None:
     sys.meta_path[:0] = finders
 
 
-def _is_project_folder(spec: ModuleSpec, name: str) -> bool:
-    return spec.origin is not None and Path(spec.origin).resolve() == _ROOT / name / "__init__.py"
+def _is_project_folder(spec: ModuleSpec, folder: str) -> bool:
+    return spec.origin is not None and Path(spec.origin).resolve() == _ROOT / folder / "__init__.py"
 
 
 def _warn(old_name: str, new_name: str, stacklevel: int) -> None:

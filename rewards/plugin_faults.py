@@ -26,7 +26,7 @@ from ets.rewards.base import RewardError
 log = logging.getLogger(__name__)
 
 # The project's own code: an exception raised in it is the project's bug. One package, ets;
-# its files are ets/ and the folders of ets.search, ets.rewards and ets.lp, which sit beside
+# its files are ets/ and the folders of ets.strategies, ets.rewards and ets.lp, which sit beside
 # this one (inside ets/ when installed, beside it in a checkout).
 PROJECT_PACKAGES = ("ets",)
 _HERE = Path(__file__).resolve().parent

@@ -39,7 +39,7 @@ from ets.config import load_config  # noqa: E402
 from ets.data import load_problems  # noqa: E402
 from ets.loop.controller import SearchLoop  # noqa: E402
 from ets.policy.build import build_policy  # noqa: E402
-from ets.search import build as build_strategy  # noqa: E402
+from ets.strategies import build as build_strategy  # noqa: E402
 
 METHODS = ("rebase", "ets")
 

@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from ets.lp import build_program, solve_selection, tree_layout  # noqa: E402
-from ets.search.rebase import allocate  # noqa: E402
+from ets.strategies.rebase import allocate  # noqa: E402
 
 PAPER_LAMBDA_S = {16: 1.5, 64: 1.4, 256: 1.45}
 TEMPERATURE = 0.2

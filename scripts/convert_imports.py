@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""Rewrite imports of `search`, `rewards` and `lp` to their names under ets: `ets.search`,
-`ets.rewards`, `ets.lp` (the old top-level names still work, with a DeprecationWarning).
+"""Rewrite imports of `search`, `rewards` and `lp` to their names under ets:
+`ets.strategies` (the folder search/), `ets.rewards`, `ets.lp`. The old top-level names
+still work, with a DeprecationWarning. `ets.search` is the function that runs searches.
 
     python scripts/convert_imports.py                  # the whole repository
     python scripts/convert_imports.py my_reward.py plugins/
@@ -8,30 +9,44 @@
 What changes, in .py, .md, .yaml/.yml, .sh and .toml files:
   - import statements, at the start of a line (also after `>>>` or `...`) or right after a
     quote or `;` (a `python -c "..."` snippet):
+        from search.beam import X    ->  from ets.strategies.beam import X
         from rewards.base import X   ->  from ets.rewards.base import X
-        import search                ->  from ets import search       (binds `search` as before)
+        import search                ->  import ets.strategies as search   (binds `search` as before)
+        import rewards               ->  from ets import rewards
         import lp.solve as s         ->  import ets.lp.solve as s
   - `module:attr` strings that name a module of the three packages:
         rewards.step_tag:StepTagPRM  ->  ets.rewards.step_tag:StepTagPRM
   - in .py files, a string literal that is a dotted path into one of them ("rewards.verifier",
     "search.beam.BeamSearch"); not the config keys that read alike ("search.width", and
     "search.compat", which is a key as well as a module).
+  - the strategies by the name `ets.search` they had before it was the function's alone:
+        from ets.search.base import X  ->  from ets.strategies.base import X
+        import ets.search              ->  import ets.strategies
+        ets.search.build, "ets.search.beam:BeamSearch"  ->  ets.strategies.build, ...
+        from ets import search         ->  import ets.strategies as search
+    the last only in a .py file that uses `search.<a module or name of the strategies>`
+    (`search.build`, `search.beam`): elsewhere `from ets import search` is the function.
+    `ets.search(...)` and `ets.search.<anything else>` stay.
 Nothing else: the word "search" in prose, in names or in paths (search/beam.py) stays. A
 name already under ets is never matched again, so running the script twice changes nothing.
 A file that holds the text `# convert_imports: leave this file` is left as it is: the old
-names on purpose (this script, whose examples are above; the tests of the old names). An `import` of several names at once that includes one of the three is listed for a hand
+names on purpose (this script, whose examples are above; the tests of the old names).
+An `import` of several names at once that includes one of the three is listed for a hand
 edit. Prints each file it changed and each line it left for a hand edit.
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import re
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MOVED = ("search", "rewards", "lp")
+# The old top-level name (the folder in the repository) -> the name under ets.
+NEW_NAME = {"search": "strategies", "rewards": "rewards", "lp": "lp"}
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".toml"}
 LEAVE_MARK = "# convert_imports: leave this file"
 SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", "build", "dist", "node_modules", ".gpu", "checkpoints"}
@@ -50,15 +65,32 @@ MULTI_RE = re.compile(START + r"import[ \t]+[\w. \t]*,[\w., \t]*", re.M)
 MODULE_ATTR_RE = re.compile(r"(?<![\w./\-])" + PKG + r"(?P<rest>(?:\.[A-Za-z_]\w*)+)(?=:[A-Za-z_])")
 STRING_RE = re.compile(r"(?<![\w.])(?P<q>[\"'])" + PKG + r"(?P<rest>(?:\.[A-Za-z_]\w*)+)(?P=q)")
 
+# The strategies as `ets.search`: in an import statement (a function has no submodules)...
+ETS_SEARCH_FROM_RE = re.compile(START + r"from[ \t]+ets\.search(?P<rest>(?:\.[A-Za-z_]\w*)*)(?P<imp>[ \t]+import\b)", re.M)
+ETS_SEARCH_IMPORT_RE = re.compile(
+    START + r"import[ \t]+ets\.search(?P<rest>(?:\.[A-Za-z_]\w*)*)(?P<alias>(?:[ \t]+as[ \t]+\w+)?)" + END, re.M)
+# ... or followed by a module or a name of the strategies package.
+ETS_SEARCH_PATH_RE = re.compile(r"(?<![\w.])ets\.search\.(?P<name>[A-Za-z_]\w*)")
+FROM_ETS_SEARCH_RE = re.compile(START + r"from[ \t]+ets[ \t]+import[ \t]+search" + END, re.M)
+
 
 def module_names() -> dict[str, set[str]]:
     """Each package's modules and subpackages, by their name inside the package."""
     names = {}
-    for pkg in MOVED:
+    for pkg in NEW_NAME:
         folder = ROOT / pkg
         names[pkg] = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
         names[pkg] |= {p.parent.name for p in folder.glob("*/__init__.py")}
     return names
+
+
+def exported_names(pkg: str) -> set[str]:
+    """The names a package's __init__ lists in `__all__`, read from its source."""
+    tree = ast.parse((ROOT / pkg / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
 
 
 def search_config_keys() -> set[str]:
@@ -71,6 +103,7 @@ def search_config_keys() -> set[str]:
 
 
 MODULES = module_names()
+STRATEGIES_NAMES = MODULES["search"] | exported_names("search")  # what `ets.search.<name>` reached in the package
 CONFIG_KEYS = {"search": search_config_keys()}
 
 
@@ -79,35 +112,69 @@ def names_a_module(pkg: str, rest: str) -> bool:
     return rest.split(".")[1] in MODULES[pkg]
 
 
+def new(pkg: str) -> str:
+    return f"ets.{NEW_NAME[pkg]}"
+
+
 def _import_plain(m: re.Match) -> str:
+    """`import search` -> `import ets.strategies as search`; `import rewards` -> `from ets
+    import rewards`; `import rewards.base` binds `rewards` and loads rewards.base: both."""
     pre, pkg, rest = m["pre"], m["pkg"], m["rest"]
+    bind = f"from ets import {pkg}" if NEW_NAME[pkg] == pkg else f"import {new(pkg)} as {pkg}"
     if not rest:
-        return f"{pre}from ets import {pkg}"
-    # `import rewards.base` binds `rewards` and loads rewards.base: both, under ets
+        return f"{pre}{bind}"
     joiner = "\n" + pre if pre.strip() == "" else "; "
-    return f"{pre}import ets.{pkg}{rest}{joiner}from ets import {pkg}"
+    return f"{pre}import {new(pkg)}{rest}{joiner}{bind}"
+
+
+def uses_strategies_as_search(text: str) -> bool:
+    """Python source that reads `search.<a module or name of the strategies>` (not
+    `x.search.<...>`, not in a string): its `search` is the package, not the function."""
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
+                  if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)]
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    for i in range(1, len(tokens) - 2):
+        before, name, dot, attr = tokens[i - 1:i + 3]
+        if (name.type == tokenize.NAME and name.string == "search" and before.string != "."
+                and dot.string == "." and attr.string in STRATEGIES_NAMES):
+            return True
+    return False
+
+
+def convert_strategies_as_ets_search(text: str, suffix: str) -> str:
+    """The strategies imported or named as `ets.search` -> `ets.strategies`."""
+    text = ETS_SEARCH_FROM_RE.sub(lambda m: f"{m['pre']}from ets.strategies{m['rest']}{m['imp']}", text)
+    text = ETS_SEARCH_IMPORT_RE.sub(lambda m: f"{m['pre']}import ets.strategies{m['rest']}{m['alias']}", text)
+    text = ETS_SEARCH_PATH_RE.sub(
+        lambda m: f"ets.strategies.{m['name']}" if m["name"] in STRATEGIES_NAMES else m[0], text)
+    if suffix == ".py" and uses_strategies_as_search(text):
+        text = FROM_ETS_SEARCH_RE.sub(lambda m: f"{m['pre']}import ets.strategies as search", text)
+    return text
 
 
 def convert_text(text: str, suffix: str) -> tuple[str, list[str]]:
     """`text` with its imports and module paths under ets; and the lines to edit by hand."""
-    text = FROM_RE.sub(lambda m: f"{m['pre']}from ets.{m['pkg']}{m['rest']}{m['imp']}", text)
-    text = IMPORT_AS_RE.sub(lambda m: f"{m['pre']}import ets.{m['pkg']}{m['rest']}{m['alias']}", text)
+    text = convert_strategies_as_ets_search(text, suffix)
+    text = FROM_RE.sub(lambda m: f"{m['pre']}from {new(m['pkg'])}{m['rest']}{m['imp']}", text)
+    text = IMPORT_AS_RE.sub(lambda m: f"{m['pre']}import {new(m['pkg'])}{m['rest']}{m['alias']}", text)
     text = IMPORT_RE.sub(_import_plain, text)
     text = MODULE_ATTR_RE.sub(
-        lambda m: f"ets.{m['pkg']}{m['rest']}" if names_a_module(m["pkg"], m["rest"]) else m[0], text)
+        lambda m: f"{new(m['pkg'])}{m['rest']}" if names_a_module(m["pkg"], m["rest"]) else m[0], text)
     if suffix == ".py":
         def string(m: re.Match) -> str:
             parts = m["rest"].split(".")[1:]
             is_config_key = len(parts) == 1 and parts[0] in CONFIG_KEYS.get(m["pkg"], set())
             if names_a_module(m["pkg"], m["rest"]) and not is_config_key:
-                return f"{m['q']}ets.{m['pkg']}{m['rest']}{m['q']}"
+                return f"{m['q']}{new(m['pkg'])}{m['rest']}{m['q']}"
             return m[0]
         text = STRING_RE.sub(string, text)
     by_hand = []
     for m in MULTI_RE.finditer(text):
         statement = m[0][len(m["pre"]):]
         listed = [n.strip().split(" ")[0] for n in statement[len("import"):].split(",")]
-        if any(n.split(".")[0] in MOVED for n in listed):
+        if any(n.split(".")[0] in NEW_NAME or n == "ets.search" or n.startswith("ets.search.") for n in listed):
             line = text.count("\n", 0, m.start()) + 1
             by_hand.append(f"{line}: {text.splitlines()[line - 1].strip()}")
     return text, by_hand
@@ -136,9 +203,9 @@ def main(argv: list[str]) -> int:
             continue
         if LEAVE_MARK in text:
             continue
-        new, by_hand = convert_text(text, path.suffix)
-        if new != text:
-            path.write_text(new)
+        new_text, by_hand = convert_text(text, path.suffix)
+        if new_text != text:
+            path.write_text(new_text)
             print(f"converted {path}")
         for line in by_hand:
             print(f"{path}:{line}  <- several names in one import: convert by hand")

@@ -24,8 +24,8 @@ import math
 
 from ets.answers.aggregate import aggregate
 from ets.tree import Node
-from ets.search.base import Allocation, Frontier, Strategy, register, selection_score
-from ets.search.compat import later_first
+from ets.strategies.base import Allocation, Frontier, Strategy, register, selection_score
+from ets.strategies.compat import later_first
 
 
 def beams_kept(width: int, fixed_width: int | None) -> int:

@@ -6,7 +6,7 @@ the end by the aggregation and vote (ets/answers/aggregate.py), not here.
 
 from __future__ import annotations
 
-from ets.search.base import Allocation, Frontier, Strategy, register
+from ets.strategies.base import Allocation, Frontier, Strategy, register
 
 
 @register("best_of_n")

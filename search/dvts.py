@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections import Counter
 
 from ets.tree import Node
-from ets.search.base import Allocation, Frontier, Strategy, register, selection_score
-from ets.search.beam import beams_kept
+from ets.strategies.base import Allocation, Frontier, Strategy, register, selection_score
+from ets.strategies.beam import beams_kept
 
 SUBTREE = "subtree"
 SUBTREE_WIDTH = "subtree_width"

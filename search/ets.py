@@ -42,9 +42,9 @@ import numpy as np
 
 from ets.tree import Node
 from ets.lp import FALLBACK_STATUSES, StepClusterer, prepare_embedder, solve_selection
-from ets.search.base import Allocation, Frontier, Strategy, register
-from ets.search.compat import EARLIER, LATER, reference_allocate
-from ets.search.rebase import allocate
+from ets.strategies.base import Allocation, Frontier, Strategy, register
+from ets.strategies.compat import EARLIER, LATER, reference_allocate
+from ets.strategies.rebase import allocate
 
 log = logging.getLogger(__name__)
 

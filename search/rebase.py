@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ets.search.base import Allocation, Frontier, Strategy, register
-from ets.search.compat import reference_allocate
+from ets.strategies.base import Allocation, Frontier, Strategy, register
+from ets.strategies.compat import reference_allocate
 
 # ceil() of a ratio that is an integer in exact arithmetic can land a hair above it in
 # floating point (3.0000000000000004 -> 4); this slack absorbs that, nothing more.

@@ -10,7 +10,7 @@ import torch
 
 from ets.config import SearchConfig
 from ets.tree import Node, SearchTree
-from ets.search import Frontier
+from ets.strategies import Frontier
 
 
 def tree_with_children(scores: list[float], prompt_tokens: int = 5, step_tokens: int = 3) -> SearchTree:

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from ets import search
+import ets.strategies as search
 from ets.config import SearchConfig
 from ets.tree import SearchTree
-from ets.search.compat import earlier_first, later_first, reference_allocate
-from ets.search.rebase import allocate
+from ets.strategies.compat import earlier_first, later_first, reference_allocate
+from ets.strategies.rebase import allocate
 from tests.helpers import add_children, frontier, tree_with_children
 
 

@@ -73,7 +73,7 @@ def test_a_mistyped_name_gets_the_closest_known_one(raw, hint):
 
 
 def test_a_mistyped_method_or_reward_gets_the_closest_known_one():
-    from ets import search
+    import ets.strategies as search
     from ets.rewards.registry import resolve_reward
 
     with pytest.raises(ConfigError, match=r"'rebsae' \(did you mean 'rebase'\?\)"):
@@ -96,7 +96,7 @@ def test_bad_files(tmp_path):
 def test_an_unknown_method_is_named_with_the_registered_ones():
     """The strategy registry is the one list of methods: the config only resolves the ETS
     aliases, and building the strategy names the known ones (in table order)."""
-    from ets import search
+    import ets.strategies as search
 
     config = config_from_dict({"select_method": "foo"}).search
     with pytest.raises(ConfigError, match=r"unknown search strategy 'foo'; known: best_of_n, beam, dvts, rebase, ets"):

@@ -10,9 +10,9 @@ import pytest
 
 from ets.config import SearchConfig
 from ets.tree import SearchTree, kv_size
-from ets.search import Frontier, build
-from ets.search.ets import frontier_arrays
-from ets.search.rebase import allocate
+from ets.strategies import Frontier, build
+from ets.strategies.ets import frontier_arrays
+from ets.strategies.rebase import allocate
 
 STEPS = [
     "We add 3 and 4 to get 7.",

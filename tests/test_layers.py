@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from ets.namespace import MOVED
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Lowest first. A package may import only packages of strictly lower layers (and itself).
@@ -20,15 +22,16 @@ LAYERS: list[tuple[str, ...]] = [
     ("ets.config", "ets.tree", "ets.demo", "ets.models", "ets.paths", "ets.namespace"),  # foundations: nothing of the project
     ("ets.answers", "ets.engine"),                            # answer math; the KV-cache engine
     ("ets.data", "ets.lp"),                                   # problems; the ETS integer program
-    ("ets.search", "ets.rewards", "ets.policy"),              # strategies, PRMs, policy backends
+    ("ets.strategies", "ets.rewards", "ets.policy"),          # strategies, PRMs, policy backends
     ("ets.loop",),                                            # the search loop
     ("ets",),                                                 # the `ets.search` facade
     ("ets.app",),                                             # the commands
     ("ets.__main__",),                                        # `python -m ets`
 ]
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
-FOLDERS = ("ets", "search", "rewards", "lp")  # search/, rewards/, lp/: ets.search, ets.rewards, ets.lp
-PACKAGES = ("ets", "ets.search", "ets.rewards", "ets.lp")
+FOLDER_PACKAGE = {folder: f"ets.{name}" for name, folder in MOVED.items()}  # search/ -> ets.strategies, ...
+FOLDERS = ("ets", *FOLDER_PACKAGE)
+PACKAGES = ("ets", *FOLDER_PACKAGE.values())
 
 
 def owner(module: str) -> str | None:
@@ -47,7 +50,7 @@ def module_name(path: Path) -> str:
     if parts[-1] == "__init__":
         parts = parts[:-1]
     if parts[0] != "ets":
-        parts = ["ets", *parts]
+        parts = [*FOLDER_PACKAGE[parts[0]].split("."), *parts[1:]]
     return ".".join(parts)
 
 
@@ -103,9 +106,9 @@ def test_the_check_flags_upward_and_sideways_imports():
     inside a function, also relative) and a package importing one of its own layer."""
     assert violations("def f():\n    from ets.loop.controller import search\n", "ets.engine.engine")
     assert violations("from ..policy import Step\n", "ets.engine.engine")
-    assert violations("from ets import rewards\n", "ets.search.beam")  # same layer: sideways
+    assert violations("from ets import rewards\n", "ets.strategies.beam")  # same layer: sideways
     assert not violations("from ets.engine.pool import KVPool\nimport torch\n", "ets.engine.engine")
-    assert not violations("from ets.tree import Node\n", "ets.search.beam")
+    assert not violations("from ets.tree import Node\n", "ets.strategies.beam")
 
 
 def test_the_engine_knows_nothing_of_the_search():

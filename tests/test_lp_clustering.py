@@ -12,7 +12,7 @@ from scipy.cluster.hierarchy import fcluster, linkage
 from ets.config import ConfigError, SearchConfig
 from ets.lp import StepClusterer, cluster_embeddings
 from ets.lp.clustering import DEFAULT_EMBEDDER, STATIC_PREFIX, prepare_embedder, static_embedder
-from ets.search import build
+from ets.strategies import build
 
 
 def test_matches_scipy_cosine_average_linkage():

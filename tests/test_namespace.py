@@ -1,4 +1,5 @@
-"""ets.search, ets.rewards and ets.lp: one package, ets, in a checkout and installed.
+"""ets.strategies, ets.rewards and ets.lp (the folders search/, rewards/, lp/): one package,
+ets, in a checkout and installed; `ets.search` is the function that runs searches, alone.
 
 A user's own `search.py`, `rewards.py` or `lp.py` on the path must not stand in for the
 project's; the old top-level names still work (with a DeprecationWarning) and give the
@@ -24,8 +25,10 @@ import pytest
 
 from tests.helpers import load_script
 
+from ets.namespace import MOVED
+
 ROOT = Path(__file__).resolve().parents[1]
-MOVED = ("search", "rewards", "lp")
+FOLDERS = tuple(MOVED.values())  # also the old top-level names
 
 
 def python(code: str, cwd: Path, pythonpath: list[Path] | None = None, exe: str = sys.executable):
@@ -91,18 +94,21 @@ warnings.simplefilter("always")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     {old_imports}
-import ets.lp, ets.rewards, ets.search
-import ets.lp.solve, ets.rewards.base, ets.search.base, ets.search.beam
-from ets.search.base import Strategy
-old = {{name: sys.modules[name] for name in sys.modules if name.split(".")[0] in ("search", "rewards", "lp")}}
+import ets.lp, ets.rewards, ets.strategies
+import ets.lp.solve, ets.rewards.base, ets.strategies.base, ets.strategies.beam
+from ets.strategies.base import Strategy
+new_name = {{"search": "ets.strategies", "rewards": "ets.rewards", "lp": "ets.lp"}}
+old = {{name: sys.modules[name] for name in sys.modules if name.split(".")[0] in new_name}}
 strategy = search.build(ets.config.SearchConfig(method="beam", width=4))
 print(json.dumps({{
     "old": sorted(old),
-    "same": {{name: module is sys.modules["ets." + name] for name, module in old.items()}},
-    "registry_shared": search.available() == ets.search.available(),
+    "same": {{name: module is sys.modules[new_name[name.split(".")[0]] + name[len(name.split(".")[0]):]]
+             for name, module in old.items()}},
+    "search_is_strategies": search is ets.strategies and search.beam is ets.strategies.beam,
+    "registry_shared": search.available() == ets.strategies.available(),
     "isinstance": isinstance(strategy, Strategy),
-    "specs_kept": [m.__spec__.name for m in (ets.search, ets.rewards, ets.lp, ets.search.beam)],
-    "warned": sorted({{str(w.message).split("'")[1] for w in caught if w.category is DeprecationWarning}}),
+    "specs_kept": [m.__spec__.name for m in (ets.strategies, ets.rewards, ets.lp, ets.strategies.beam)],
+    "warned": sorted({{tuple(str(w.message).split("'")[1:4:2]) for w in caught if w.category is DeprecationWarning}}),
     "warned_at": sorted({{w.filename for w in caught if w.category is DeprecationWarning}}),
 }}))
 """
@@ -120,70 +126,97 @@ def test_old_names_give_the_same_modules_with_a_deprecation_warning(tmp_path, fi
     got = python(IDENTITY.format(old_imports=imports), cwd=tmp_path, pythonpath=[ROOT])
     assert got["old"] == ["lp", "lp.solve", "rewards", "search", "search.base", "search.beam"]
     assert all(got["same"].values()), got["same"]
-    assert got["registry_shared"] and got["isinstance"]
-    assert got["specs_kept"] == ["ets.search", "ets.rewards", "ets.lp", "ets.search.beam"]
-    assert got["warned"] == ["lp", "lp.solve", "rewards", "search", "search.base", "search.beam"]
+    assert got["search_is_strategies"] and got["registry_shared"] and got["isinstance"]
+    assert got["specs_kept"] == ["ets.strategies", "ets.rewards", "ets.lp", "ets.strategies.beam"]
+    assert got["warned"] == [["lp", "ets.lp"], ["lp.solve", "ets.lp.solve"], ["rewards", "ets.rewards"],
+                             ["search", "ets.strategies"], ["search.base", "ets.strategies.base"],
+                             ["search.beam", "ets.strategies.beam"]]
     assert got["warned_at"] == ["<string>"]
 
 
-def test_ets_search_is_the_strategies_package_and_still_runs_searches(tmp_path):
-    """The package and the `ets.search(...)` function share the name. In a fresh
-    interpreter, the first call imports the package (the controller needs the strategies):
-    calling `ets.search` again must still run a search, and every way of reaching the name
-    gives the one package."""
+def test_ets_search_is_the_function_and_the_strategies_are_ets_strategies(tmp_path):
+    """`ets.search` is a plain function, also once the strategies are imported, by any of
+    their names, and it still runs searches; the strategies are `ets.strategies`, the
+    same package however it is reached (also as an attribute of ets, imported on first use)."""
     got = python("""
-        import json
+        import inspect, json, sys
         import ets
         from ets.config import PolicyConfig
         from ets.policy.hf import HFPolicy
 
+        lazy = "ets.strategies" not in sys.modules and ets.strategies is sys.modules["ets.strategies"]
+        import ets.strategies.beam
+        from ets import strategies
+        import ets.strategies as aliased
+        import search  # the old name
+        from ets import search as function
+
         def half(questions, trajectories):
             return [[[0.5 for _ in steps] for steps in trajs] for trajs in trajectories]
 
-        config = ets.SearchConfig(method="best_of_n", width=2, max_step_tokens=4, max_tokens=8)
+        config = ets.SearchConfig(method="beam", width=2, max_step_tokens=4, max_tokens=8)
         policy = HFPolicy.from_config(PolicyConfig(model="tiny:llama", step_delimiter="\\n"), config)
-        runs = [ets.search(["What is 2 + 3?"], policy=policy, reward=half, config=config) for _ in range(2)]
-        import ets.search
-        from ets import search
-        import ets.search as strategies
+        runs = ets.search(["What is 2 + 3?"], policy=policy, reward=half, config=config)
         print(json.dumps({
-            "trajectories": [len(r[0]["trajectories"]) for r in runs],
-            "one_package": search is ets.search is strategies and ets.search.build is ets.search.base.build,
+            "function": inspect.isfunction(ets.search) and function is ets.search,
+            "lazy": lazy,
+            "one_package": strategies is ets.strategies is aliased is search is sys.modules["ets.strategies"]
+                           and strategies.beam is ets.strategies.beam and strategies.build is strategies.base.build,
+            "not_a_package": [name for name in ("ets.search", "ets.search.beam") if name in sys.modules],
+            "trajectories": len(runs[0]["trajectories"]),
         }))
     """, cwd=tmp_path, pythonpath=[ROOT])
-    assert got == {"trajectories": [2, 2], "one_package": True}
+    assert got == {"function": True, "lazy": True, "one_package": True, "not_a_package": [], "trajectories": 2}
+
+
+def test_the_strategies_cannot_be_imported_as_ets_search(tmp_path):
+    """`ets.search` is no package: importing a module under it fails plainly rather than
+    finding the strategies by a second name (a second registry)."""
+    got = python("""
+        import json
+        try:
+            import ets.search.beam
+            failed = None
+        except ModuleNotFoundError as e:
+            failed = str(e)
+        print(json.dumps({"failed": failed}))
+    """, cwd=tmp_path, pythonpath=[ROOT])
+    assert got["failed"] is not None and "ets.search" in got["failed"]
 
 
 # ------------------------------------------------------------- installed: all inside ets/
 
 def test_the_package_list_names_every_package_folder():
-    """pyproject.toml lists the packages by hand (search/ installs as ets.search, which no
-    folder search can give): every folder with an __init__.py is there, by its ets name."""
+    """pyproject.toml lists the packages by hand (search/ installs as ets.strategies, which
+    no folder search can give): every folder with an __init__.py is there, by its ets name."""
     tomllib = pytest.importorskip("tomllib")
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert config["package-dir"] == {f"ets.{name}": name for name in MOVED}
-    folders = {package_name(init) for top in ("ets", *MOVED) for init in (ROOT / top).rglob("__init__.py")}
+    assert config["package-dir"] == {"ets.strategies": "search", "ets.rewards": "rewards", "ets.lp": "lp"}
+    folders = {package_name(init) for top in ("ets", *FOLDERS) for init in (ROOT / top).rglob("__init__.py")}
     assert set(config["packages"]) == folders
 
 
 def package_name(init: Path) -> str:
-    """ets/engine/__init__.py -> ets.engine; search/__init__.py -> ets.search."""
+    """ets/engine/__init__.py -> ets.engine; search/__init__.py -> ets.strategies."""
     parts = init.parent.relative_to(ROOT).parts
-    return ".".join(parts if parts[0] == "ets" else ("ets", *parts))
+    if parts[0] == "ets":
+        return ".".join(parts)
+    new = {folder: name for name, folder in MOVED.items()}[parts[0]]
+    return ".".join(("ets", new, *parts[1:]))
 
 
 @pytest.mark.install
 def test_a_wheel_installs_the_packages_inside_ets_and_nothing_at_the_top_level(tmp_path):
     """`pip install .` (a wheel, not editable) into a throwaway venv layered on this
-    environment (no download): ets.search, ets.rewards and ets.lp are the venv's own copies
-    inside ets/; the wheel installs no top-level search, rewards or lp (the old names are
+    environment (no download): ets.strategies, ets.rewards and ets.lp are the venv's own
+    copies inside ets/ (ets/strategies/, ets/rewards/, ets/lp/); `ets.search` is the function; the wheel installs no top-level search, rewards or lp (the old names are
     no shims: they resolve through ets once it is imported)."""
     source = tmp_path / "source"
     source.mkdir()
     for item in ROOT.iterdir():  # the build reads the files at the top and the package folders
         if item.is_file():
             shutil.copy2(item, source / item.name)
-    for top in ("ets", *MOVED):
+    for top in ("ets", *FOLDERS):
         shutil.copytree(ROOT / top, source / top, ignore=shutil.ignore_patterns("__pycache__"))
     env_dir = tmp_path / "venv"
     venv.create(env_dir, system_site_packages=True, with_pip=False)  # pip: the environment's own
@@ -194,27 +227,27 @@ def test_a_wheel_installs_the_packages_inside_ets_and_nothing_at_the_top_level(t
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     got = python("""
-        import json, sys, sysconfig, warnings
+        import inspect, json, sys, sysconfig, warnings
         from importlib.metadata import distribution
-        import ets, ets.namespace, ets.lp, ets.rewards, ets.search
+        import ets, ets.namespace, ets.lp, ets.rewards, ets.strategies
         site = sysconfig.get_paths()["purelib"]
         files = [str(f) for f in distribution("ets").files]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             import rewards, search.beam
         print(json.dumps({
-            "where": {m.__name__: m.__file__[len(site):] for m in (ets.search, ets.rewards, ets.lp)},
+            "where": {m.__name__: m.__file__[len(site):] for m in (ets.strategies, ets.rewards, ets.lp)},
             "tops": sorted({f.split("/")[0] for f in files if not f.startswith("..")}),
             "in_checkout": ets.namespace.in_checkout(),
-            "callable": callable(ets.search),
-            "old_same": rewards is ets.rewards and search.beam is sys.modules["ets.search.beam"],
+            "function": inspect.isfunction(ets.search),
+            "old_same": rewards is ets.rewards and search.beam is sys.modules["ets.strategies.beam"],
             "warned": sum(w.category is DeprecationWarning for w in caught),
         }))
     """, cwd=tmp_path, exe=exe)
     sep = os.sep
-    assert got["where"] == {f"ets.{n}": f"{sep}ets{sep}{n}{sep}__init__.py" for n in MOVED}
+    assert got["where"] == {f"ets.{n}": f"{sep}ets{sep}{n}{sep}__init__.py" for n in MOVED}  # ets/strategies/, ...
     assert got["tops"] == ["ets", "ets-0.1.0.dist-info"]
-    assert not got["in_checkout"] and got["callable"]
+    assert not got["in_checkout"] and got["function"]
     assert got["old_same"] and got["warned"] == 3
 
 
@@ -222,14 +255,16 @@ def test_a_wheel_installs_the_packages_inside_ets_and_nothing_at_the_top_level(t
 
 def test_the_project_imports_its_packages_by_their_ets_names():
     """No module of the project, its tests or its scripts imports search, rewards or lp by
-    the old name (`python scripts/convert_imports.py` rewrites them)."""
+    the old name, nor the strategies as `ets.search` (`python scripts/convert_imports.py`
+    rewrites them)."""
     old = []
-    for top in ("ets", *MOVED, "tests", "scripts"):
+    for top in ("ets", *FOLDERS, "tests", "scripts"):
         for path in sorted((ROOT / top).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                     [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
-                old += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in MOVED]
+                old += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names
+                        if n.split(".")[0] in FOLDERS or n == "ets.search" or n.startswith("ets.search.")]
     assert not old, "old import names; run python scripts/convert_imports.py:\n" + "\n".join(old)
 
 
@@ -238,9 +273,11 @@ def test_the_project_imports_its_packages_by_their_ets_names():
 BEFORE = '''\
 """Uses the search strategies: `search.build`, see search/beam.py."""
 import search
+import search.base
 import rewards.base
 import lp.solve as solve
 from rewards.step_tag import StepTagPRM
+from search.beam import BeamSearch
     >>> from search import build
 code = "import lp; from search.beam import Beam"
 name = "rewards.step_tag:StepTagPRM"
@@ -252,13 +289,16 @@ import os, search
 
 AFTER = '''\
 """Uses the search strategies: `search.build`, see search/beam.py."""
-from ets import search
+import ets.strategies as search
+import ets.strategies.base
+import ets.strategies as search
 import ets.rewards.base
 from ets import rewards
 import ets.lp.solve as solve
 from ets.rewards.step_tag import StepTagPRM
-    >>> from ets.search import build
-code = "from ets import lp; from ets.search.beam import Beam"
+from ets.strategies.beam import BeamSearch
+    >>> from ets.strategies import build
+code = "from ets import lp; from ets.strategies.beam import Beam"
 name = "ets.rewards.step_tag:StepTagPRM"
 module = "ets.rewards.verifier"
 keys = ["search.width", "search.compat", "search.method", "rewards.md"]
@@ -266,12 +306,68 @@ search = lp = rewards = 1  # from search import nothing
 import os, search
 '''
 
+# The strategies by the name ets.search (the form an earlier conversion wrote), beside the
+# function ets.search and config keys, which stay.
+BEFORE_ETS_SEARCH = '''\
+"""`ets.search(config)` runs searches; `ets.search.beam` is beam search."""
+import ets
+import ets.search
+import ets.search.beam as beam
+from ets.search.base import Strategy
+from ets.search import build
+from ets import search
+strategy = search.build(config)
+name = "ets.search.rebase:allocate"
+records = ets.search(config, problems)
+width = run.search.width
+doc = ets.search.__doc__
+keys = ["search.width", "search.compat"]
+ets.search.rebase.allocate(scores, 4, 1.0)
+import ets, ets.search
+'''
+
+AFTER_ETS_SEARCH = '''\
+"""`ets.search(config)` runs searches; `ets.strategies.beam` is beam search."""
+import ets
+import ets.strategies
+import ets.strategies.beam as beam
+from ets.strategies.base import Strategy
+from ets.strategies import build
+import ets.strategies as search
+strategy = search.build(config)
+name = "ets.strategies.rebase:allocate"
+records = ets.search(config, problems)
+width = run.search.width
+doc = ets.search.__doc__
+keys = ["search.width", "search.compat"]
+ets.strategies.rebase.allocate(scores, 4, 1.0)
+import ets, ets.search
+'''
+
+# `from ets import search` is the function where the file uses no strategy through it.
+THE_FUNCTION = '''\
+from ets import search
+records = search(config, problems=["What is 2 + 3?"])
+width, note = config.search.width, "not search.build: a string"
+'''
+
 
 def test_the_conversion_rewrites_imports_and_module_paths_only_and_once():
     convert = load_script("convert_imports")
     text, by_hand = convert.convert_text(BEFORE, ".py")
     assert text == AFTER
-    assert by_hand == ["13: import os, search"]
+    assert by_hand == ["16: import os, search"]
     assert convert.convert_text(text, ".py")[0] == text  # a second run changes nothing
     yaml = "reward:\n  name: rewards.value_head:ValueHeadPRM  # see rewards.value_head\nsearch:\n  width: 4\n"
     assert convert.convert_text(yaml, ".yaml")[0] == yaml.replace("name: rewards.", "name: ets.rewards.")
+
+
+def test_the_conversion_moves_the_strategies_from_ets_search_to_ets_strategies_only_and_once():
+    convert = load_script("convert_imports")
+    text, by_hand = convert.convert_text(BEFORE_ETS_SEARCH, ".py")
+    assert text == AFTER_ETS_SEARCH
+    assert by_hand == ["15: import ets, ets.search"]
+    assert convert.convert_text(text, ".py")[0] == text
+    assert convert.convert_text(THE_FUNCTION, ".py") == (THE_FUNCTION, [])
+    markdown = "```python\nfrom ets.search.base import Frontier\nets.search(config)\n```\n"
+    assert convert.convert_text(markdown, ".md")[0] == markdown.replace("ets.search.base", "ets.strategies.base")

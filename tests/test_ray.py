@@ -138,7 +138,7 @@ def test_the_driver_prefetches_what_workers_on_its_machine_load(cluster, tmp_pat
     """ETS's static embedder is distilled by the driver before the workers start (as in a
     sweep's --jobs), not by every worker at once; recorded here, not distilled (the
     workers load the plain MiniLM)."""
-    from ets.search.ets import ETS
+    from ets.strategies.ets import ETS
 
     calls = []
     monkeypatch.setattr(ETS, "prefetch", lambda self: calls.append(self.config.embedder))

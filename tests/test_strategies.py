@@ -5,9 +5,9 @@ import math
 import pytest
 
 from ets.config import ConfigError
-from ets.search import available, build, canonical_name
-from ets.search.dvts import contiguous_groups
-from ets.search.rebase import allocate
+from ets.strategies import available, build, canonical_name
+from ets.strategies.dvts import contiguous_groups
+from ets.strategies.rebase import allocate
 from tests.helpers import add_children, config, frontier, tree_with_children
 
 
@@ -159,7 +159,7 @@ def test_sort_completed_keeps_the_best_width_trajectories():
 
 
 def test_lookahead_scores_rank_beam_and_dvts_candidates():
-    from ets.search.base import LOOKAHEAD_SCORE
+    from ets.strategies.base import LOOKAHEAD_SCORE
 
     tree = tree_with_children([0.9, 0.1, 0.5, 0.4])
     kids = tree.root.children

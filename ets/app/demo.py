@@ -64,7 +64,7 @@ def run_demo(
     from ets.app.sweep import run_sweep, sweep_configs
     from ets.data import load_problems
 
-    from ets import search
+    import ets.strategies as search
 
     config = demo_config(width, problems, out, backend)
     methods = list(methods) if methods is not None else search.available()

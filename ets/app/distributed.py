@@ -392,7 +392,7 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
     from ets.app.output import open_output
     from ets.app.run import _progress, finish_summary, inert_keys_notes, summarize
     from ets.data import load_problems
-    from ets.search import build as build_strategy
+    from ets.strategies import build as build_strategy
 
     if workers < 1:
         raise ConfigError(f"--workers {workers}: give at least 1")

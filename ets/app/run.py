@@ -22,7 +22,7 @@ from ets.app.output import OutputError, check_output_path, open_output, read_jso
 from ets.app.writer import FULL
 from ets.policy.base import Policy
 from ets.policy.build import build_policy
-from ets.search import build as build_strategy
+from ets.strategies import build as build_strategy
 
 log = logging.getLogger(__name__)
 

@@ -60,7 +60,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def parse_methods(text: str) -> list[str]:
-    from ets import search
+    import ets.strategies as search
 
     methods = [m.strip() for m in text.split(",") if m.strip()]
     if not methods:
@@ -241,7 +241,7 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
     # What the strategies load from disk is made here first (ETS: a static embedder's
     # distillation, ~25 s with its own progress bar): once, before the driver's bar, not
     # in two workers at once with their bars cutting through it.
-    from ets.search import build
+    from ets.strategies import build
 
     for config in configs:      # after the first, a look at the cache
         build(config.search).prefetch()

@@ -47,7 +47,7 @@ class Worker:
         from ets.engine.heap import freeze_loaded
         from ets.models.load import hide_loading_bars
         from ets.policy.build import build_policy
-        from ets.search import build as build_strategy
+        from ets.strategies import build as build_strategy
 
         threads = config.torch_threads or self.threads  # the config's figure, else this worker's cores
         if threads:

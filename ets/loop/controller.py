@@ -78,7 +78,7 @@ from ets.loop.record import result_record
 from ets.policy.base import ExpandRequest, Policy, Prompt, PromptTooLong, SamplingSettings
 from ets.tree import Node, SearchTree, kv_size
 from ets.rewards.base import validate_scores
-from ets.search import Frontier, Strategy, build
+from ets.strategies import Frontier, Strategy, build
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from ets.loop import rules
 from ets.policy.base import ExpandRequest, Policy, SamplingSettings
 from ets.tree import Node
 from ets.rewards.base import validate_scores
-from ets.search.base import LOOKAHEAD_SCORE
+from ets.strategies.base import LOOKAHEAD_SCORE
 
 
 @dataclass(eq=False)
