@@ -5,7 +5,7 @@
                                               lambda_c=1.0, lambda_s=1.5)
 
 program.py builds the sparse program, solve.py solves it (time limit, fallback,
-tie-break), clustering.py embeds and clusters step texts. See ALGORITHMS.md, ETS.
+tie-break), clustering.py embeds and clusters step texts. See docs/algorithms.md, "ETS: the integer program".
 """
 
 from lp.clustering import StepClusterer, cluster_embeddings, load_embedder, prepare_embedder

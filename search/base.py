@@ -82,7 +82,7 @@ class Strategy(ABC):
     @abstractmethod
     def select(self, frontier: Frontier) -> Allocation:
         """{candidate id: children}; sums to at most `frontier.remaining` unless the
-        method's definition says otherwise (beam rounds up, see ALGORITHMS.md)."""
+        method's definition says otherwise (beam rounds up, see docs/algorithms.md)."""
 
     def answering(self, completed: list[Node], width: int) -> list[Node]:
         """The completed trajectories that answer (vote, and make the result record), when

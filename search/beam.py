@@ -4,8 +4,8 @@ keep = fixed_width if set else ceil(sqrt(W)). The root gets W children (the cont
 first expansion); afterwards the `keep` best candidates by score each get
 ceil(remaining / keep) children and the rest are pruned. Ties keep creation order.
 
-Note: ALGORITHMS.md takes sqrt of the width W; the ETS public code passes the *remaining*
-width to this function and takes sqrt of that. We follow ALGORITHMS.md; the two agree
+Note: the project takes sqrt of the width W; the ETS public code passes the *remaining*
+width to this function and takes sqrt of that. We size from W, as search-and-learn does; the two agree
 until the first trajectory completes. With `compat: ets_code`: keep = fixed_width if set
 else ceil(sqrt(remaining)), and ties rank the later candidate first (search/compat.py).
 

@@ -2,7 +2,7 @@
 
 S = fixed_width if set else ceil(sqrt(W)). At depth 1 the W children of the root (in
 creation order, completed ones included) are split into S contiguous groups, the first
-`W mod S` groups one longer (ALGORITHMS.md); each group is a subtree with its own width
+`W mod S` groups one longer (docs/algorithms.md); each group is a subtree with its own width
 W // S, led by its best child. From then on each subtree keeps only its single best child
 per parent and gives it the subtree's remaining width: W // S minus the trajectories
 completed inside that subtree.
@@ -64,7 +64,7 @@ class DVTS(Strategy):
         per_subtree = frontier.width // n_subtrees
         ets_code = self.config.ets_code
         if frontier.depth == 1:
-            # ALGORITHMS.md splits every child of the root; the ETS code its surviving ones
+            # the project splits every child of the root; the ETS code its surviving ones
             children = frontier.candidates if ets_code else frontier.tree.root.children
             leaders = self._split_root(frontier, children, n_subtrees, per_subtree)
         else:

@@ -1,6 +1,6 @@
 """ETS (Hooper et al., arXiv 2502.13575): prune the frontier with an integer program that
 trades outcome weight against KV cost and semantic coverage, then spend the width with
-REBASE over the leaves it kept. ALGORITHMS.md, "ETS", is the specification:
+REBASE over the leaves it kept. docs/algorithms.md, "ETS: the integer program", describes it:
 
 1. O_i = REBASE allocation counts / their sum (search.rebase.allocate).
 2. Clusters of the candidates' newest step texts, only when lambda_s > 0, N > 1 and the

@@ -1,5 +1,5 @@
 """The search loop: many problems at once, one batched policy call and one batched reward
-call per round (DESIGN.md, "How data flows").
+call per round (docs/ARCHITECTURE.md, "One round of the search loop").
 
     loop = SearchLoop(problems, policy, reward, config, concurrency=8)
     records, stats = loop.run()
@@ -38,8 +38,7 @@ the policy's samples and the PRM's scores of a problem do not depend on the prob
 it, and tests/test_determinism.py compares step scores exactly. Before that (commit
 2d4bec0) they moved in the last bits with a batch's composition, and once in 120 W=64
 demo records compared between runs of 24 and 60 problems a near-tied selection flipped (PRM
-scores of identical steps 1.4e-6 apart; docs/RESULTS.md, "REBASE against ETS on 60
-problems"); after it, the 24 problems that run and a 24-problem run share have identical
+scores of identical steps 1.4e-6 apart); after it, the 24 problems that run and a 24-problem run share have identical
 records, step scores included. The PRM on its plain forward (the transformers and vLLM
 backends) scores each sequence in a forward of its own, so its scores do not depend on the
 batch either (rewards/backends.py, `batch_invariant`; tests/test_hf_determinism.py). Where
@@ -388,7 +387,7 @@ class SearchLoop:
         candidates = []
         for child in new:
             # A trajectory also ends at the model's context, or the token or depth limit
-            # (ALGORITHMS.md ends the loop at max_depth; we keep those trajectories as
+            # (the ETS code ends the loop at max_depth; we keep those trajectories as
             # completed so they can still vote; compat: ets_code drops them, rules.outcome).
             at_context = child.tags.get("finish") == "context"
             if at_context and not a.context_warned:

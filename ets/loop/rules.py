@@ -1,7 +1,7 @@
 """Where a trajectory ends and what the KV metrics count: the project's rules, and the ETS
 public code's under `search.compat: ets_code` (docs/FIDELITY.md), side by side.
 
-The project (ALGORITHMS.md): a step ends its trajectory on EOS, on a `\\boxed{}` answer, or
+The project (docs/algorithms.md): a step ends its trajectory on EOS, on a `\\boxed{}` answer, or
 on one of `search.answer_markers` starting a sentence; a trajectory also completes at
 `max_tokens` generated tokens, at the model's context or at `max_depth` steps, and every
 completed trajectory votes.
