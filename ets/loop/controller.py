@@ -286,7 +286,8 @@ class SearchLoop:
                 break  # wait until a finished search frees its share of the capacity
             self.pending.pop()
             del self._prompts[index]
-            a = _Active(index, problem, SearchTree(prompt.text, prompt.token_ids), {0: self.config.width}, self.config.width)
+            tree = SearchTree(prompt.text, prompt.token_ids)
+            a = _Active(index, problem, tree, {0: self.strategy.root_children(self.config.width)}, self.config.width)
             a.question = problem.question
             if prompt.truncated_from is not None:
                 a.tree.root.tags["truncated_from"] = prompt.truncated_from
@@ -388,7 +389,7 @@ class SearchLoop:
         candidates = []
         for child in new:
             # A trajectory also ends at the model's context, or the token or depth limit
-            # (ALGORITHMS.md ends the loop at max_depth; we keep those trajectories as
+            # (the ETS code ends the loop at max_depth; we keep those trajectories as
             # completed so they can still vote; compat: ets_code drops them, rules.outcome).
             at_context = child.tags.get("finish") == "context"
             if at_context and not a.context_warned:
@@ -406,8 +407,10 @@ class SearchLoop:
             a.kv_size_steps.append(kv_size(candidates))
         if a.remaining <= 0 or not candidates:
             return None
-        a.kv_size_ref_steps.append(rules.kv_size_ref(candidates))  # the ETS code counts selections only
-        return Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth, a.metrics)
+        frontier = Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth, a.metrics)
+        # the ETS code counts selections only, over the nodes its selection lists
+        a.kv_size_ref_steps.append(rules.kv_size_ref(self.strategy.listed_nodes(frontier)))
+        return frontier
 
     def _allocation(self, frontier: Frontier) -> dict[int, int]:
         alloc = {node_id: n for node_id, n in self.strategy.select(frontier).items() if n > 0}
