@@ -82,7 +82,9 @@ class Strategy(ABC):
     @abstractmethod
     def select(self, frontier: Frontier) -> Allocation:
         """{candidate id: children}; sums to at most `frontier.remaining` unless the
-        method's definition says otherwise (beam rounds up, see ALGORITHMS.md)."""
+        method's definition says otherwise (beam rounds up; under `compat: ets_code` the ETS
+        code's float32 REBASE arithmetic can hand out more). The loop makes the children in
+        the allocation's order."""
 
     def root_children(self, width: int) -> int:
         """How many children the root gets: the width. (Under `compat: ets_code`, REBASE and

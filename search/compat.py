@@ -92,7 +92,7 @@ def reference_allocate(scores: Sequence[float], width: int, temperature: float, 
         if not math.isfinite(share):
             raise ConfigError(
                 f"softmax_temperature {temperature}: under compat=ets_code a REBASE share is {share} here (the ETS "
-                f"code's float32 sum of exp(score / T) is {float(total)} with candidates left), where the ETS code "
+                f"code's float32 sum of exp(score / T) is {float(total)} at that candidate), where the ETS code "
                 f"raises; use a larger softmax_temperature, or compat=project")
         counts[i] = math.ceil(share)
         budget -= counts[i]
