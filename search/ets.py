@@ -16,9 +16,9 @@ REBASE over the leaves it kept. ALGORITHMS.md, "ETS", is the specification:
 With `compat: ets_code` both REBASE passes are the ETS code's (search/compat.py): the
 first ranks ties earlier first, the final one later first by s / T, with its division by T
 before the float32 exponentials; either can hand out more children than `remaining`. The
-final pass runs on a lone candidate too (its float32 share can round up: 228 children for
-227), the root, scored 1.0, is selected so, and the children are made in the final pass's
-order.
+final pass runs on a lone candidate too (its float32 share can round up: a leaf of 0.06
+gets 14 children of 13), the root, scored 1.0, is selected so, and the children are made in
+the final pass's order.
 
 Beyond the paper: `kv_budget` caps the tokens of the kept nodes; `lp_relax` solves the
 LP relaxation and rounds. When the solver fails or hits its time limit the REBASE
