@@ -285,7 +285,8 @@ class SearchLoop:
                 break  # wait until a finished search frees its share of the capacity
             self.pending.pop()
             del self._prompts[index]
-            a = _Active(index, problem, SearchTree(prompt.text, prompt.token_ids), {0: self.config.width}, self.config.width)
+            tree = SearchTree(prompt.text, prompt.token_ids)
+            a = _Active(index, problem, tree, {0: self.strategy.root_children(self.config.width)}, self.config.width)
             a.question = problem.question
             if prompt.truncated_from is not None:
                 a.tree.root.tags["truncated_from"] = prompt.truncated_from
@@ -405,8 +406,10 @@ class SearchLoop:
             a.kv_size_steps.append(kv_size(candidates))
         if a.remaining <= 0 or not candidates:
             return None
-        a.kv_size_ref_steps.append(rules.kv_size_ref(candidates))  # the ETS code counts selections only
-        return Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth, a.metrics)
+        frontier = Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth, a.metrics)
+        # the ETS code counts selections only, over the nodes its selection lists
+        a.kv_size_ref_steps.append(rules.kv_size_ref(self.strategy.listed_nodes(frontier)))
+        return frontier
 
     def _allocation(self, frontier: Frontier) -> dict[int, int]:
         alloc = {node_id: n for node_id, n in self.strategy.select(frontier).items() if n > 0}
