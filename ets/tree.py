@@ -143,7 +143,7 @@ def kv_size(nodes: Iterable[Node], prompt_tokens: int | None = None) -> int:
 
     The number of tokens on the union of the root-to-node paths of `nodes`, each shared
     ancestor counted once and the prompt (the root's tokens) counted: the ETS public code
-    leaves the prompt out by mistake (see ALGORITHMS.md). `prompt_tokens` counts the root
+    leaves the prompt out by mistake (docs/algorithms.md). `prompt_tokens` counts the root
     as that many tokens instead: `ets.config.REFERENCE_PROMPT_TOKENS` (2) gives the ETS
     code's own figure (the keys of its tokenizer's output, not the prompt's tokens).
     """

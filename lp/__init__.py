@@ -5,7 +5,7 @@
                                               lambda_c=1.0, lambda_s=1.5)
 
 program.py builds the sparse program, solve.py solves it (time limit, fallback,
-tie-break), clustering.py embeds and clusters step texts. See ALGORITHMS.md, ETS.
+tie-break), clustering.py embeds and clusters step texts. See docs/algorithms.md, "ETS: the integer program".
 """
 
 if __name__ == "lp":  # this folder imported by its old name (a checkout on sys.path): it is ets.lp

@@ -1,4 +1,4 @@
-"""Semantic clusters of candidate steps, for ETS's coverage term (ALGORITHMS.md).
+"""Semantic clusters of candidate steps, for ETS's coverage term (docs/algorithms.md).
 
 Each candidate's newest step text is embedded with a sentence-transformers model; the
 embeddings are clustered by average-linkage hierarchical clustering on cosine distance

@@ -1,6 +1,6 @@
 """The ETS selection program as arrays: tree layout, sparse constraints, objective.
 
-ALGORITHMS.md, "ETS: the integer program at every selection step". Local numbering puts
+docs/algorithms.md, "ETS: the integer program". Local numbering puts
 the N leaves first and the M ancestors after them, so a local node index *is* its
 variable index; the K coverage variables follow:
 
@@ -10,7 +10,7 @@ variable index; the K coverage variables follow:
 Ancestors are numbered parents-first (a parent's local index is smaller than its
 child's, among ancestors), so one reverse sweep closes a kept set upwards.
 
-Two exact reformulations, both with the same integer feasible set as ALGORITHMS.md:
+Two exact reformulations, both with the same integer feasible set as docs/algorithms.md's:
 - `y_j >= x_i` for every leaf i below j is written along tree edges, `z_parent >= z_child`
   (z = x for leaves, y for ancestors), and `y_j <= sum_{i below j} x_i` as
   `y_j <= sum_{children c of j} z_c`. By induction from the leaves both say "y_j = 1 iff
@@ -146,7 +146,7 @@ class Program:
         return 0 if self.clusters is None else int(self.clusters.max()) + 1
 
     def objective(self, kept_leaves: np.ndarray) -> float:
-        """The maximised objective of ALGORITHMS.md for a kept-leaf mask (ancestors implied)."""
+        """The maximised objective (docs/algorithms.md) for a kept-leaf mask (ancestors implied)."""
         alive = self.layout.closure(kept_leaves)
         value = float(self.node_gain[alive].sum())
         if self.clusters is not None:

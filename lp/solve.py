@@ -9,7 +9,7 @@ Where this differs from the paper's public code (and why):
   default, too loose to call the answer the optimum), under a time limit on every solve.
 - The public code replaces `lambda_c = 0` by `+1e-4` with the cost term's sign flipped,
   i.e. a tiny *reward* per kept node, so that with no cost every leaf is kept. Here
-  `lambda_c = 0` means no cost (ALGORITHMS.md), and the same effect comes from a defined
+  `lambda_c = 0` means no cost (docs/algorithms.md), and the same effect comes from a defined
   tie-break: after the solve, every pruned leaf whose keeping would not lower the objective
   (and fits the budget) is kept. The objective never drops, so the answer stays optimal;
   with `lambda_c = lambda_s = 0` all leaves are kept and ETS equals REBASE exactly.
@@ -45,7 +45,7 @@ from ets.lp.program import Program, build_program, tree_layout
 # heavier cost weights a solve's time is HiGHS's root work (presolve, cuts), not its search:
 # at lambda_c 2.0 on 24 validation problems, sharing 2 cores with a test run, the slowest MIP
 # took 1.15 s at 13 nodes (p99 0.74 s, max 304 nodes), and the old 1-s limit fell back on
-# 5 of ~1,600 solves at lambda_c 1.25 with three runs on two cores (docs/RESULTS.md).
+# 5 of ~1,600 solves at lambda_c 1.25 with three runs on two cores.
 DEFAULT_TIME_LIMIT = 10.0
 FALLBACK_STATUSES = ("time_limit", "failed")
 _BUDGET_SLACK = 1e-9              # token sums are integers; this only absorbs float noise
@@ -54,7 +54,7 @@ _INTEGRAL_TOL = 1e-9              # an LP x this close to 0/1 is read as integra
 
 class Selection(NamedTuple):
     kept: np.ndarray      # (N,) bool, in the order of `leaves`
-    objective: float      # ALGORITHMS.md's objective (maximised) of `kept`, evaluated exactly
+    objective: float      # the program's objective (maximised) of `kept`, evaluated exactly
     status: str
 
 
@@ -72,7 +72,7 @@ def solve_selection(
     relax: bool = False,
     time_limit: float | None = None,
 ) -> Selection:
-    """Choose which leaves to keep (ALGORITHMS.md, ETS).
+    """Choose which leaves to keep (docs/algorithms.md, "ETS: the integer program").
 
     `parents[v]`: node v's parent (-1 for a root), over all nodes; `leaves`: the N
     candidates' node indices; `weights`: their outcome weights O_i; `costs[v]`: every

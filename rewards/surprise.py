@@ -5,7 +5,7 @@ its tags *and* the LM loss of the correct steps). That head often knows a step i
 where the tag does not: on the demo, the lowest log-probability it gives the numbers of a
 step's equation tells a sum of a miscopied operand from a right sum at ROC AUC 0.86, where
 the tag manages 0.73, and read together as below the PRM's AUC on wrong operands rises
-from 0.805 to 0.886 (docs/RESULTS.md; on the steered PRM shipped since, from 0.885 to
+from 0.805 to 0.886 (on the steered PRM shipped since, from 0.885 to
 0.926). The readout (option `surprise` of the `step_tag` reward) combines the two, per
 step k of a path:
 

@@ -5,13 +5,13 @@ pool, `policy.kv_budget_tokens`); the loop admits as many searches as the pool h
 (ets/loop/admission.py) and the engine preempts, then recomputes, what does not fit. Per
 budget and method it prints problems/s, tokens/s, the searches in flight, the sequences
 preempted and the tokens computed per token generated (the work a full pool makes a search
-redo), with ETS's problems/s over REBASE's, pair by pair: issue 18 asks for 1.4x where
+redo), with ETS's problems/s over REBASE's, pair by pair: the paper reports 1.4x where
 REBASE is memory-bound.
 
 One process, one PRM object and one policy object per budget; every run starts from empty
 caches (bench_concurrency.fresh). Within a repeat the budgets rotate and the two methods
 alternate (REBASE first in even repeats, ETS first in odd ones): a run's place in the
-sequence moved REBASE's wall time by 13% in session 24, so a ratio is only read over both
+sequence once moved REBASE's wall time by 13%, so a ratio is only read over both
 orders. Records do not depend on the budget (each problem's samples are seeded by the
 problem and node alone): a line says whether every run of a method wrote the same ones.
 

@@ -6,7 +6,7 @@ one PRM call). Per generated token it prints the wall time, the policy's phase a
 (RunStats.expand_seconds: decode and prefill), the reward's (score_seconds), the
 process's CPU time (all threads) and its minor page faults (the symptom of fresh large
 allocations per call). Flat or falling with C is the engine doing its job; rising is what
-issue 15 measured before the kept decode buffers (17.2M faults at C=32 against 2.35M at
+the engine showed before it kept its decode buffers (17.2M faults at C=32 against 2.35M at
 C=4 for the same work).
 
 Every (repeat, C) starts from empty caches (the policy's and the PRM's prefix caches are

@@ -10,7 +10,7 @@ of each setting at once, so the cores are shared, as when other work runs beside
 
 Waking a sleeping thread costs every parallel op some microseconds; a spinning thread
 holds a core that another process may be waiting for. Which wins depends on the machine,
-the model and what else runs, hence a measurement (docs/MEASUREMENTS.md, "OpenMP").
+the model and what else runs, hence a measurement (docs/results.md, "Engine speed on the CPU").
 
     python scripts/bench_threads.py                                # 1 and 2 threads, asleep and spinning 10,000
     python scripts/bench_threads.py --threads 1,4,8 --spins 1000,10000 --shared 2

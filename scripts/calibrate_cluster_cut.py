@@ -3,7 +3,7 @@
     python scripts/calibrate_cluster_cut.py            # 40 validation problems, MiniLM and its static form
     python scripts/calibrate_cluster_cut.py --embedder all-MiniLM-L6-v2   # one embedder
 
-ETS rewards covering *semantically different* steps (ALGORITHMS.md, "ETS"). The paper cuts
+ETS rewards covering *semantically different* steps (docs/algorithms.md, "ETS: the integer program"). The paper cuts
 at cosine distance 0.05 with its own embedder on long steps; on short demo steps MiniLM
 puts two wordings of the same computation further apart than that. For the first step of
 each problem (every part of every item is a valid first step) this embeds several wordings of

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Check extraction + grading on the real benchmarks (issue 2, item 6).
+"""Check extraction + grading on the real benchmarks: every reference solution must grade as right.
 
 For every GSM8K test item and every MATH500 item: extract the final answer from the
 reference *solution* text with `ets.answers.extract.extract_answer` (its marked rules: a

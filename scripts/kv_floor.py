@@ -3,7 +3,7 @@
     ets run --config ets/demo/demo.yaml method=rebase width=64 save_trees=true output=runs/rebase.jsonl
     python scripts/kv_floor.py runs/rebase.jsonl
 
-The paper's metric (ALGORITHMS.md) counts, at every selection step, the tokens on the
+The paper's metric (docs/algorithms.md) counts, at every selection step, the tokens on the
 union of the root-to-candidate paths. The candidates' own newest steps and the prompt are
 in it whatever the rule keeps: every method expands the same remaining width, so they are
 a floor. What a rule like ETS can save is the rest, the ancestors. On shallow trees with

@@ -5,9 +5,9 @@ seeds): PATH is the sweep's output folder or its table.csv, METHOD picks the row
 table holds several (default: its only row). Error bars are the sd over seeds on both
 axes; the title says the problem count, the seeds and the width.
 
-    python scripts/plot_tradeoff.py --out docs/results/ets_tradeoff.png \\
-        --point "best-of-N=docs/results@best_of_n" --point "REBASE=docs/results@rebase" \\
-        --point "ETS lambda_c 1.0=docs/results@ets" --point "ETS lambda_c 0.5=runs/lc050"
+    python scripts/plot_tradeoff.py --out runs/ets_tradeoff.png \\
+        --point "REBASE=docs/results/ets_steer_prm_200@rebase" --point "ETS lambda_c 1.0=docs/results/ets_steer_prm_200@ets" \\
+        --point "ETS lambda_c 0.75=docs/results/lambda_c_0.75_test" --point "ETS lambda_c 1.25=docs/results/lambda_c_1.25_test"
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def read_point(spec: str) -> dict:
     """`LABEL=PATH[@METHOD]` -> that table row, with its label."""
     label, sep, where = spec.rpartition("=")  # the last "=": a label may hold one (W=64)
     if not sep or not label or not where:
-        fail(f"--point {spec!r}: write it as LABEL=PATH[@METHOD], e.g. 'REBASE=docs/results@rebase'")
+        fail(f"--point {spec!r}: write it as LABEL=PATH[@METHOD], e.g. 'REBASE=runs/sweep@rebase'")
     path, _, method = where.partition("@")
     table = Path(path) / "table.csv" if Path(path).is_dir() else Path(path)
     if not table.is_file():

@@ -12,7 +12,7 @@ scheduler hooked so that each computed token is named by why it was computed:
 
 It prints the three counts beside the engine's own counters and a digest of the records,
 which must not depend on the pool. Counts, not times, so the machine's load does not
-matter. docs/RESULTS.md, "Pools smaller than a REBASE search", has its output.
+matter. docs/results.md, "Throughput under a KV budget", has the pools it explains.
 
     python scripts/probe_recompute.py --budget 8192 --method rebase --problems 4
 """

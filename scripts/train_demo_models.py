@@ -37,7 +37,7 @@ thread in fp32 on an AVX512-BF16 CPU; `--threads 1 --no-bf16` for the slow exact
    validation-split problems (`fit_demo_surprise`; alone: scripts/fit_prm_surprise.py);
    they go into ets/demo/demo.yaml by hand (printed, and kept in training.json).
 6. `--stage steer` (the shipped PRM is this stage's, run alone after the others: see
-   training.json's "steer"; docs/RESULTS.md, "A PRM fine-tuned to steer REBASE", has what
+   training.json's "steer"; docs/results.md, "All five methods at W=64", has what
    it does to the search): the PRM of OUT/prm (or `--prm-from`) fine-tuned on the policy's own
    samples (8 to each of 600 fresh train-split problems, T=1.0), a batch being 4 problems'
    samples, on the PRM stage's loss plus a listwise term in REBASE's own terms (per
@@ -224,7 +224,7 @@ def inv_sqrt_lr(step, peak, warmup, steps=0, cooldown=0):
     longer run is the policy of a k-step run. With one, the last `cooldown` of the run's
     `steps` fall linearly from that rate towards 0 (a stable phase, then a decay: it let
     the policy reach in 1,200 steps what the plain schedule reaches in 1,800;
-    docs/RESULTS.md, "A cooldown at the end of each stage")."""
+    the PRM trained on that policy then read a lower held-out AUC)."""
     if cooldown and step >= steps - cooldown:
         start = steps - cooldown
         return inv_sqrt_lr(start, peak, warmup) * (steps - step) / cooldown

@@ -82,7 +82,22 @@ class Strategy(ABC):
     @abstractmethod
     def select(self, frontier: Frontier) -> Allocation:
         """{candidate id: children}; sums to at most `frontier.remaining` unless the
-        method's definition says otherwise (beam rounds up, see ALGORITHMS.md)."""
+        method's definition says otherwise (beam rounds up; under `compat: ets_code` the ETS
+        code's float32 REBASE arithmetic can hand out more). The loop makes the children in
+        the allocation's order."""
+
+    def root_children(self, width: int) -> int:
+        """How many children the root gets: the width. (Under `compat: ets_code`, REBASE and
+        ETS select the root as the ETS code does, a candidate scored 1.0, which can give one
+        more: search/compat.py.)"""
+        return width
+
+    def listed_nodes(self, frontier: Frontier) -> list[Node]:
+        """The nodes the ETS code's selection lists for this frontier, which its KV figure
+        (`kv_size_ref`) counts, a node's own tokens once per listing: the candidates. (Under
+        `compat: ets_code`, DVTS lists a survivor it cycles over several subtrees once per
+        subtree.)"""
+        return frontier.candidates
 
     def answering(self, completed: list[Node], width: int) -> list[Node]:
         """The completed trajectories that answer (vote, and make the result record), when

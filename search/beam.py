@@ -4,10 +4,11 @@ keep = fixed_width if set else ceil(sqrt(W)). The root gets W children (the cont
 first expansion); afterwards the `keep` best candidates by score each get
 ceil(remaining / keep) children and the rest are pruned. Ties keep creation order.
 
-Note: ALGORITHMS.md takes sqrt of the width W; the ETS public code passes the *remaining*
-width to this function and takes sqrt of that. We follow ALGORITHMS.md; the two agree
-until the first trajectory completes. With `compat: ets_code`: keep = fixed_width if set
-else ceil(sqrt(remaining)), and ties rank the later candidate first (search/compat.py).
+Beams are sized from the width W, as search-and-learn sizes them; the ETS public code
+takes sqrt of the *remaining* width instead. The two agree until the first trajectory
+completes. With `compat: ets_code`: keep = fixed_width if set else ceil(sqrt(remaining)),
+and ties rank the later candidate first (search/compat.py). In both modes the kept beams
+are expanded best first, so their children are made in that order, as the code makes them.
 
 search-and-learn's options (docs/search_and_learn.md):
 - `filter_duplicates`: a candidate whose whole trajectory text (every step so far) an

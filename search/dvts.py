@@ -2,7 +2,7 @@
 
 S = fixed_width if set else ceil(sqrt(W)). At depth 1 the W children of the root (in
 creation order, completed ones included) are split into S contiguous groups, the first
-`W mod S` groups one longer (ALGORITHMS.md); each group is a subtree with its own width
+`W mod S` groups one longer; each group is a subtree with its own width
 W // S, led by its best child. From then on each subtree keeps only its single best child
 per parent and gives it the subtree's remaining width: W // S minus the trajectories
 completed inside that subtree.
@@ -64,7 +64,7 @@ class DVTS(Strategy):
         per_subtree = frontier.width // n_subtrees
         ets_code = self.config.ets_code
         if frontier.depth == 1:
-            # ALGORITHMS.md splits every child of the root; the ETS code its surviving ones
+            # every child of the root is split; the ETS code splits its surviving ones
             children = frontier.candidates if ets_code else frontier.tree.root.children
             leaders = self._split_root(frontier, children, n_subtrees, per_subtree)
         else:
@@ -77,6 +77,15 @@ class DVTS(Strategy):
             if width > 0:
                 alloc[c.id] = width
         return alloc
+
+    def listed_nodes(self, frontier: Frontier) -> list[Node]:
+        """Under the ETS code, at depth 1 with fewer survivors than subtrees, the survivors
+        cycled over the subtrees: its KV figure counts each once per subtree it leads."""
+        n_subtrees = beams_kept(frontier.width, self.config.fixed_width)
+        cands = frontier.candidates
+        if self.config.ets_code and frontier.depth == 1 and len(cands) < n_subtrees:
+            return [cands[g % len(cands)] for g in range(n_subtrees)]
+        return cands
 
     @staticmethod
     def _split_root(frontier: Frontier, children: list[Node], n_subtrees: int, per_subtree: int) -> list[Node]:

@@ -1,6 +1,6 @@
 """ETS (Hooper et al., arXiv 2502.13575): prune the frontier with an integer program that
 trades outcome weight against KV cost and semantic coverage, then spend the width with
-REBASE over the leaves it kept. ALGORITHMS.md, "ETS", is the specification:
+REBASE over the leaves it kept. docs/algorithms.md, "ETS: the integer program", describes it:
 
 1. O_i = REBASE allocation counts / their sum (search.rebase.allocate).
 2. Clusters of the candidates' newest step texts, only when lambda_s > 0, N > 1 and the
@@ -14,8 +14,11 @@ REBASE over the leaves it kept. ALGORITHMS.md, "ETS", is the specification:
    REBASE's, so the two settings tell what the renormalisation itself costs.
 
 With `compat: ets_code` both REBASE passes are the ETS code's (search/compat.py): the
-first ranks ties earlier first, the final one later first, with its division by T before
-the float32 exponentials; either can hand out one child more than `remaining`.
+first ranks ties earlier first, the final one later first by s / T, with its division by T
+before the float32 exponentials; either can hand out more children than `remaining`. The
+final pass runs on a lone candidate too (its float32 share can round up: a leaf of 0.06
+gets 14 children of 13), the root, scored 1.0, is selected so, and the children are made in
+the final pass's order.
 
 Beyond the paper: `kv_budget` caps the tokens of the kept nodes; `lp_relax` solves the
 LP relaxation and rounds. When the solver fails or hits its time limit the REBASE
@@ -41,10 +44,10 @@ from collections import Counter
 import numpy as np
 
 from ets.tree import Node
-from ets.lp import FALLBACK_STATUSES, StepClusterer, prepare_embedder, solve_selection
-from ets.strategies.base import Allocation, Frontier, Strategy, register
-from ets.strategies.compat import EARLIER, LATER, reference_allocate
-from ets.strategies.rebase import allocate
+from lp import FALLBACK_STATUSES, StepClusterer, prepare_embedder, solve_selection
+from search.base import Allocation, Frontier, Strategy, register
+from search.compat import EARLIER, LATER, ROOT_SCORE, in_code_order, reference_allocate, reference_rank
+from search.rebase import allocate
 
 log = logging.getLogger(__name__)
 
@@ -119,14 +122,27 @@ class ETS(Strategy):
             # what the final pass hands out: everything, or the pruned leaves' children
             width = sum(n for n, k in zip(counts, kept) if not k) if keep_counts else remaining
             if cfg.ets_code:
-                final = reference_allocate(pruned, width, cfg.softmax_temperature, ties=LATER, scale_first=True)
+                final = self._code_final_pass(pruned, width)
             else:
                 final = allocate(pruned, width, cfg.softmax_temperature)
             if keep_counts:
                 final = [f + (n if k else 0) for f, n, k in zip(final, counts, kept)]
             _count_departure(frontier.metrics, counts, final, kept)
             counts = final
+            scores = pruned
+        elif cfg.ets_code:   # one leaf: the code's program must keep it, and its final pass still runs
+            counts = self._code_final_pass(scores, remaining)
+        if cfg.ets_code:     # the code makes the children in its final pass's order
+            return in_code_order(cands, counts, reference_rank(scores, cfg.softmax_temperature, scale_first=True))
         return {c.id: k for c, k in zip(cands, counts) if k > 0}
+
+    def root_children(self, width: int) -> int:
+        if self.config.ets_code:   # the code's root: one leaf scored 1.0 (its outcome weight is 1 whatever its count)
+            return self._code_final_pass([ROOT_SCORE], width)[0]
+        return width
+
+    def _code_final_pass(self, scores: list[float], width: int) -> list[int]:
+        return reference_allocate(scores, width, self.config.softmax_temperature, ties=LATER, scale_first=True)
 
     def _prune(self, cands: list[Node], counts: list[int], metrics: Counter[str]) -> np.ndarray:
         cfg = self.config

@@ -8,8 +8,10 @@ Every candidate with non-negligible weight survives, so the tree stays wide and 
 little KV cache; ETS (search/ets.py) reuses `allocate` on the leaves its program keeps.
 
 With `compat: ets_code` the ETS code's loop runs instead (`search.compat.reference_allocate`):
-ties give the extra child to the later candidate, and its float32 sums can hand out one
-child more than the remaining width.
+ties give the extra child to the later candidate, its float32 sums can hand out more
+children than the remaining width (it has no guard on the sum), the children are made in
+its ranking's order, and the root, scored 1.0, is selected like any frontier (one child
+over the width at W = 15, 29, 30, ...).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ets.strategies.base import Allocation, Frontier, Strategy, register
-from ets.strategies.compat import reference_allocate
+from search.base import Allocation, Frontier, Strategy, register
+from search.compat import ROOT_SCORE, in_code_order, later_first, reference_allocate
 
 # ceil() of a ratio that is an integer in exact arithmetic can land a hair above it in
 # floating point (3.0000000000000004 -> 4); this slack absorbs that, nothing more.
@@ -63,6 +65,14 @@ def allocate(scores: Sequence[float], width: int, temperature: float) -> list[in
 @register("rebase")
 class Rebase(Strategy):
     def select(self, frontier: Frontier) -> Allocation:
-        share = reference_allocate if self.config.ets_code else allocate
-        counts = share(frontier.scores(), frontier.remaining, self.config.softmax_temperature)
+        scores, temperature = frontier.scores(), self.config.softmax_temperature
+        if self.config.ets_code:
+            counts = reference_allocate(scores, frontier.remaining, temperature, guarded=False)
+            return in_code_order(frontier.candidates, counts, later_first(scores))
+        counts = allocate(scores, frontier.remaining, temperature)
         return {c.id: k for c, k in zip(frontier.candidates, counts) if k > 0}
+
+    def root_children(self, width: int) -> int:
+        if self.config.ets_code:
+            return reference_allocate([ROOT_SCORE], width, self.config.softmax_temperature, guarded=False)[0]
+        return width

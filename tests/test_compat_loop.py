@@ -1,18 +1,25 @@
-"""Whole searches through the loop under both modes (`search.compat`), on a scripted policy
+"""Whole searches through the loop under both modes (`search.compat`), on scripted policies
 whose steps say what they are: the terminal rules, the prompt's 2 tokens at the max_tokens
-cut, the depth limit, both KV metrics, and DVTS finishing more than W under the ETS code."""
+cut, the depth limit, both KV metrics, DVTS finishing more than W under the ETS code; and,
+in a world scripted node by node (tests/scripted_world.py), whole trees of every method
+worked out by hand from the ETS code's rules: the root selected as a candidate scored 1.0,
+children made in the selection's ranking order and the ties across parents that order
+decides, the final pass's ranking by s/T, DVTS's KV figure of a cycled survivor, and the
+error where the code's REBASE share is not a number."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
 
-from ets.config import SearchConfig
+from ets.config import ConfigError, SearchConfig
 from ets.data import Problem
 from ets.loop.controller import search
 from ets.policy.base import Step
 from ets.tree import SearchTree, kv_size
+from tests.scripted_world import Script, at_depth, node_paths, run_search
 
 PROMPT_IDS = [1, 2, 3]          # the prompt: 3 tokens
 
@@ -158,3 +165,88 @@ def test_dvts_finishes_more_than_the_width_under_the_ets_code():
     assert len(project["trajectories"]) == 4
     # the ETS code: both leaders' surviving children still get 2 each: 2 + 2 + 2 = 6
     assert len(ref["trajectories"]) == 6
+
+
+# ------------------------------------------------------------------ whole trees, worked by hand
+# Paths name nodes: (1, 0) is the first child of the root's second child. Script({...})
+# gives a path's (score, ends its trajectory); every path not listed ends its trajectory.
+
+CODE = dict(compat="ets_code", lambda_s=0.0)
+
+
+@pytest.mark.parametrize("method, code_root", [("rebase", 16), ("ets", 16), ("beam", 15), ("dvts", 15)])
+def test_the_root_is_a_candidate_scored_1_under_the_ets_code(method, code_root):
+    """W = 15 and every child of the root ends its trajectory. The code's REBASE and ETS select
+    the root, scored 1.0, like any frontier: ceil(float32(15 exp(5)) / exp(5)) = ceil(15.000001)
+    = 16 children, 16 trajectories; its beam search and DVTS give the root the width."""
+    r = run_search(Script({}), method=method, width=15, **CODE)
+    assert len(at_depth(r, 1)) == len(r["trajectories"]) == code_root
+    assert len(run_search(Script({}), method=method, width=15, lambda_s=0.0)["trajectories"]) == 15
+
+
+@pytest.mark.parametrize("method", ["rebase", "ets"])
+def test_a_tie_across_parents_goes_by_the_codes_creation_order(method):
+    """W = 3, T = 0.2 (ETS with lambda_c = 0 keeps every leaf, so its final pass is REBASE's).
+
+    Depth 1: a = (0,) 0.5, b = (1,) 0.5, c = (2,) 0.0. Ranked later first: b, a, c; with
+    w = exp(2.5) = 12.18, b gets ceil(3w / (2w + 1)) = ceil(1.44) = 2, a ceil(w / (w + 1)) = 1,
+    c none. The code makes b's children first: (1, 0), (1, 1), then a's (0, 0).
+    Depth 2: (1, 0) 0.5, (1, 1) 0.0, (0, 0) 0.5. The tie is now won by the later, (0, 0): it
+    gets 2 children, (1, 0) gets 1. (Made in candidate order, (0, 0) would come first and
+    (1, 0) would win.) Depth 3: all end: 3 trajectories."""
+    world = Script({(0,): (0.5, False), (1,): (0.5, False), (2,): (0.0, False),
+                    (0, 0): (0.5, False), (1, 0): (0.5, False), (1, 1): (0.0, False)})
+    r = run_search(world, method=method, width=3, lambda_c=0.0, **CODE)
+    assert at_depth(r, 2) == [(1, 0), (1, 1), (0, 0)]
+    assert at_depth(r, 3) == [(0, 0, 0), (0, 0, 1), (1, 0, 0)]
+    assert len(r["trajectories"]) == 3
+
+
+def test_the_ets_final_pass_ties_scores_one_ulp_apart_where_rebase_does_not():
+    """The tree above, with (1, 0) scored 0.9000000000000001 and (0, 0) 0.9 (both 4.5 over T).
+    REBASE ranks by the score: (1, 0) first, 2 children. ETS's final pass ranks by s / T: a
+    tie, so the later (0, 0) first, 2 children."""
+    up = math.nextafter(0.9, 1.0)
+    world = Script({(0,): (0.5, False), (1,): (0.5, False), (2,): (0.0, False),
+                    (0, 0): (0.9, False), (1, 0): (up, False), (1, 1): (0.0, False)})
+    rebase = run_search(world, method="rebase", width=3, **CODE)
+    ets = run_search(world, method="ets", width=3, lambda_c=0.0, **CODE)
+    assert at_depth(rebase, 3) == [(1, 0, 0), (1, 0, 1), (0, 0, 0)]
+    assert at_depth(ets, 3) == [(0, 0, 0), (0, 0, 1), (1, 0, 0)]
+
+
+def test_beam_search_keeps_the_later_of_a_tie_and_expands_best_first():
+    """W = 4. Depth 1: 0.9, 0.5, 0.5, 0.1: keep ceil(sqrt(4)) = 2 beams, (0,) and the later 0.5,
+    (2,), with ceil(4 / 2) = 2 children each. Depth 2: (0, 0) ends; (0, 1), (2, 0), (2, 1) all
+    0.3 and 3 left: keep ceil(sqrt(3)) = 2 beams, the later two, (2, 1) then (2, 0), with
+    ceil(3 / 2) = 2 children each. Depth 3: all end: 5 trajectories for W = 4."""
+    world = Script({(0,): (0.9, False), (1,): (0.5, False), (2,): (0.5, False), (3,): (0.1, False),
+                    (0, 1): (0.3, False), (2, 0): (0.3, False), (2, 1): (0.3, False)})
+    r = run_search(world, method="beam", width=4, **CODE)
+    assert at_depth(r, 2) == [(0, 0), (0, 1), (2, 0), (2, 1)]
+    assert at_depth(r, 3) == [(2, 1, 0), (2, 1, 1), (2, 0, 0), (2, 0, 1)]
+    assert len(r["trajectories"]) == 5
+
+
+def test_dvts_counts_a_cycled_survivor_once_per_subtree_in_the_codes_kv_figure():
+    """W = 9: S = 3 subtrees of width 3. Of the root's 9 children only (0,) (0.8) and (1,)
+    (0.3) go on: the code cycles them over the 3 subtrees as (0,), (1,), (0,), so (0,) gets
+    3 + 3 children and (1,) 3, and its KV figure lists (0,) twice: 2 (the prompt) + 2 + 2 + 2
+    = 8, where the union of the paths is 6. Every grandchild ends: 7 + 9 = 16 trajectories."""
+    world = Script({(0,): (0.8, False), (1,): (0.3, False)})
+    r = run_search(world, method="dvts", width=9, **CODE)
+    assert [p[0] for p in at_depth(r, 2)] == [0] * 6 + [1] * 3
+    assert r["kv_size_ref_steps"] == [2, 8]
+    assert r["kv_size_steps"] == [3 + 2 + 2]              # the project's metric: the union, the prompt's 3 tokens
+    assert len(r["trajectories"]) == 16
+
+
+def test_rebase_share_that_is_not_a_number_stops_the_search_with_a_clear_error():
+    """T = 0.05, W = 3, depth 1 scored 0.0, 0.0, 1.0: exp(20) absorbs the two exp(0) in the
+    float32 sum, which is 0 once the best child has its 3; the next share is 0 / 0, where the
+    code raises. The project's default REBASE has no such case."""
+    world = Script({(0,): (0.0, False), (1,): (0.0, False), (2,): (1.0, False)})
+    with pytest.raises(ConfigError, match="softmax_temperature 0.05: under compat=ets_code"):
+        run_search(world, method="rebase", width=3, softmax_temperature=0.05, **CODE)
+    r = run_search(world, method="rebase", width=3, softmax_temperature=0.05)
+    assert at_depth(r, 2) == [(2, 0), (2, 1), (2, 2)]

@@ -7,11 +7,12 @@ import math
 
 import pytest
 
-import ets.strategies as search
+import search
 from ets.config import SearchConfig
 from ets.tree import SearchTree
-from ets.strategies.compat import earlier_first, later_first, reference_allocate
-from ets.strategies.rebase import allocate
+from ets.config import ConfigError
+from search.compat import earlier_first, later_first, reference_allocate, reference_rank
+from search.rebase import allocate
 from tests.helpers import add_children, frontier, tree_with_children
 
 
@@ -50,6 +51,49 @@ def test_reference_allocate_gives_pruned_leaves_nothing():
     assert reference_allocate([0.6, -math.inf, 0.5], 8, 0.2, scale_first=True) == [5, 0, 3]
 
 
+def test_the_final_pass_ranks_by_s_over_t_where_scores_one_ulp_apart_tie():
+    up = math.nextafter(0.9, 1.0)
+    assert 0.9 / 0.2 == up / 0.2 == 4.5
+    assert reference_rank([up, 0.9], 0.2) == [0, 1]                      # by s: the larger first
+    assert reference_rank([up, 0.9], 0.2, scale_first=True) == [1, 0]    # by s/T: a tie, the later first
+    assert reference_allocate([up, 0.0, 0.9], 3, 0.2, scale_first=True) == [1, 0, 2]
+
+
+def test_rebase_without_its_guard_hands_out_more_at_a_tiny_temperature():
+    # T = 0.02: the float32 weights are 5.8e19, 2.1e19, 1.3e9 and 2981. The first two shares
+    # are ceil(10.97) = 11 and ceil(4.000001) = 5 (one over already); the sum then left has
+    # cancelled to -4.4e12, and each later share is a tiny ratio of two negatives: ceil 1.
+    scores = [0.89, 0.42, 0.16, 0.91]
+    assert reference_allocate(scores, 15, 0.02, guarded=False) == [5, 1, 1, 11]   # 18 children for 15
+    assert reference_allocate(scores, 15, 0.02) == [5, 0, 0, 11]                  # the ETS passes' guard
+    tree = tree_with_children(scores)
+    a, b, c, d = tree.root.children
+    alloc = strategy("rebase", width=15, softmax_temperature=0.02).select(frontier(tree, [a, b, c, d], 15))
+    assert list(alloc.items()) == [(d.id, 11), (a.id, 5), (b.id, 1), (c.id, 1)]   # in the code's ranking order
+
+
+def test_a_share_that_is_not_a_number_is_an_error_as_in_the_code():
+    # T = 0.05: exp(20) absorbs the two exp(0) in the float32 sum, so after the best
+    # candidate the sum is 0: the next share is 0 * 1 / 0, which the code's ceil raises on.
+    with pytest.raises(ConfigError, match="softmax_temperature 0.05: under compat=ets_code"):
+        reference_allocate([0.0, 0.0, 1.0], 3, 0.05, guarded=False)
+    assert reference_allocate([0.0, 0.0, 1.0], 3, 0.05) == [0, 0, 3]   # guarded: the sum is not positive, stop
+    # T = 0.01: exp(100) overflows float32, inf / inf; the guard does not help there
+    with pytest.raises(ConfigError, match="softmax_temperature 0.01"):
+        reference_allocate([1.0], 4, 0.01, scale_first=True)
+
+
+# ------------------------------------------------------------------ the root
+
+@pytest.mark.parametrize("method, code_root", [("rebase", 16), ("ets", 16), ("beam", 15), ("dvts", 15)])
+def test_the_root_is_selected_as_the_code_selects_it(method, code_root):
+    # REBASE and ETS select the root, scored 1.0, alone: ceil(float32(15 exp(5)) / exp(5)) =
+    # ceil(15.000001) = 16. Beam search and DVTS give it the width.
+    assert strategy(method, width=15).root_children(15) == code_root
+    assert strategy(method, compat="project", width=15).root_children(15) == 15
+    assert strategy(method, width=16).root_children(16) == 16
+
+
 # ------------------------------------------------------------------ beam search
 
 def test_beam_keeps_ceil_sqrt_of_the_remaining_width():
@@ -82,10 +126,19 @@ def test_rebase_tie_and_overshoot_in_a_frontier():
     assert strategy("rebase", width=11).select(frontier(tree, [a, b], 11)) == {a.id: 6, b.id: 6}
 
 
+def test_rebase_lists_its_allocation_in_the_codes_ranking_order():
+    tree = tree_with_children([0.5, 0.6, 0.5, 0.1])
+    a, b, c, _ = tree.root.children
+    alloc = strategy("rebase", width=8).select(frontier(tree, tree.root.children, 8))
+    assert list(alloc.items()) == [(b.id, 4), (c.id, 2), (a.id, 2)]   # best first, the later of a tie first
+    project = strategy("rebase", compat="project", width=8).select(frontier(tree, tree.root.children, 8))
+    assert list(project.items()) == [(a.id, 2), (b.id, 4), (c.id, 2)]  # the project: candidate order
+
+
 # ------------------------------------------------------------------ DVTS
 
 class Search:
-    """The shared loop of ALGORITHMS.md driven by hand: each round the scripted children of
+    """The search loop driven by hand: each round the scripted children of
     every allocated node (score, terminal?) are added, the terminal ones complete, and the
     strategy allocates the next round from the rest."""
 
@@ -164,8 +217,8 @@ def test_dvts_reference_never_shrinks_with_fewer_survivors_than_subtrees():
 
 
 def test_dvts_project_default_is_unchanged():
-    """The default keeps ALGORITHMS.md: every child of the root is split, and completions
-    shrink their own subtree."""
+    """The default: every child of the root is split, and completions shrink their own
+    subtree."""
     tree = tree_with_children([0.9, 0.2, 0.5, 0.4])
     a, b, c, d = tree.root.children
     b.terminal = True
@@ -190,3 +243,15 @@ def test_ets_with_no_cost_and_no_coverage_is_rebase(compat):
     assert ets_alloc == rebase_alloc
     first, second = cands[0].id, cands[1].id
     assert ets_alloc[first if compat == "project" else second] == 3
+
+
+def test_ets_runs_its_final_pass_on_a_lone_leaf_under_the_ets_code():
+    # One leaf of 0.06 and 13 children to hand out: the first pass (exp(float32(0.06) / T)
+    # in float32) gives 13; the final pass (float32 of 0.06 / T, then exp) rounds its share
+    # to 13.000001, so the code's one leaf gets 14.
+    assert reference_allocate([0.06], 13, 0.2, ties="earlier") == [13]
+    assert reference_allocate([0.06], 13, 0.2, scale_first=True) == [14]
+    tree = tree_with_children([0.06])
+    (leaf,) = tree.root.children
+    assert strategy("ets", width=13).select(frontier(tree, [leaf], 13)) == {leaf.id: 14}
+    assert strategy("ets", compat="project", width=13).select(frontier(tree, [leaf], 13)) == {leaf.id: 13}

@@ -57,7 +57,7 @@ def test_prm_has_the_step_tag_convention_and_passes_a_right_solution(loaded):
     assert min(g) > 0.5, g
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped PRM's known blind spot (README, 'Quality bars'): it "
+@pytest.mark.xfail(strict=True, reason="the shipped PRM's known blind spot (docs/demo.md, 'The models'): it "
                    "scores hand-made operand errors and most hand-made slips above 0.5; a better PRM makes "
                    "this pass, and then this mark must go")
 def test_prm_flags_hand_made_errors(loaded):

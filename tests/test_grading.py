@@ -113,7 +113,7 @@ def test_off_main_thread_backstop_kills_the_worker(monkeypatch):
     assert _off_main_thread(lambda: is_equivalent("\\frac{6}{12}", "0.5")) is True
 
 
-# ---- the real benchmarks: reference solutions must grade as correct (issue 2, item 6) ----
+# ---- the real benchmarks: reference solutions must grade as correct ----
 
 @pytest.mark.parametrize("dataset", ["gsm8k", "math500"])
 def test_reference_solutions_agree_with_ground_truth(dataset):

@@ -1,6 +1,6 @@
 """The HiGHS answer is the optimum: checked against enumeration on hundreds of small trees.
 
-The brute force below is written from ALGORITHMS.md directly (walk the parents, count
+The brute force below is written from docs/algorithms.md directly (walk the parents, count
 the kept nodes), sharing no code with lp/, so it checks the program's construction too.
 """
 

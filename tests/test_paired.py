@@ -66,7 +66,7 @@ def test_the_text_gives_points_interval_and_counts():
 def test_the_sign_test_counts_the_problems_that_differ():
     from ets.app.paired import p_text
 
-    # seed 0 of the 200-problem runs (docs/RESULTS.md): REBASE right on 12 problems best-of-N
+    # seed 0 of a 200-problem demo run at W=64: REBASE right on 12 problems best-of-N
     # missed and wrong on 26 it got; 162 alike
     a = outcomes("1" * 12 + "0" * 26 + "1" * 100 + "0" * 62)
     b = outcomes("0" * 12 + "1" * 26 + "1" * 100 + "0" * 62)

@@ -1,4 +1,4 @@
-"""Allocations of the baseline strategies, worked out by hand from ALGORITHMS.md."""
+"""Allocations of the baseline strategies, worked out by hand from docs/algorithms.md."""
 
 import math
 

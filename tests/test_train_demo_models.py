@@ -1,8 +1,8 @@
 """scripts/train_demo_models.py trains reproducibly by seed: the same command gives the same
 bytes, another seed other weights, and a run's step-N snapshot is an N-step run (the
 schedule does not depend on the run's length, and evaluation draws from its own streams).
-The shipped policy was retrained from its seed bit for bit (docs/RESULTS.md, "The shipped
-models retrained from their seeds"); these are the same properties on a model small
+The shipped policy was retrained from its seed bit for bit (docs/demo.md, "Training
+them"); these are the same properties on a model small
 enough for the test suite."""
 
 from pathlib import Path

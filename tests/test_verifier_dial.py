@@ -1,6 +1,6 @@
 """The demo's `verifier` reward and its dial (the exact checker blurred to a chosen AUC, with
 the trained PRM's habits one by one), and the PRM quality measures that say what a tree
-search needs of a PRM (ets/demo/metrics.py; docs/RESULTS.md)."""
+search needs of a PRM (ets/demo/metrics.py; docs/demo.md)."""
 
 import math
 import random

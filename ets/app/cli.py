@@ -36,9 +36,9 @@ import sys
 from typing import NoReturn, Sequence
 
 # Before torch loads: idle OpenMP threads sleep instead of spinning. On a CPU shared with
-# other work, spinning threads make every op wait on a descheduled one: two searches of 2
-# threads at once on 2 cores ran 3.4x slower spinning than sleeping (docs/MEASUREMENTS.md,
-# "OpenMP"). Sleeping costs a wake-up per parallel op, so on a machine of one's own a short
+# other work, spinning threads make every op wait on a descheduled one: two processes of 2
+# threads at once on 2 cores ran 4.4x slower spinning than sleeping (docs/results.md,
+# "Engine speed on the CPU"). Sleeping costs a wake-up per parallel op, so on a machine of one's own a short
 # spin is faster (GOMP_SPINCOUNT=10000: a W=64 search 1.4x faster on 2 threads); it is the
 # user's call, as only they know what else runs (libgomp's GOMP_SPINCOUNT overrides this).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -361,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "threads; records do not depend on it, wall times do (runs share the CPU)")
     p = sub.add_parser("demo", parents=[common, overwrite, distributed],
                        help="every method on the bundled demo models and task; prints one table")
-    # docs/RESULTS.md has W=64 on more problems.
+    # docs/results.md has W=64 on more problems.
     p.add_argument("--width", type=_positive, default=8, help="search width W (default 8)")
     p.add_argument("--problems", type=_positive, default=10, help="demo test problems to search (default 10)")
     p.add_argument("--out", default="ets-demo",

@@ -2,7 +2,7 @@
 
 `ets diagnose` reads results files (JSONL of `ets run`) and prints, per file, what its
 trajectories say beyond the accuracy. On the demo task these figures explained the
-ranking of docs/RESULTS.md ("Where the tree searches lose"): a tree search raises the
+ranking of the demo's W=64 runs (docs/results.md): a tree search raises the
 right answer's share of its trajectories, but it extends whatever the PRM scores well, so
 weighted by those scores its leading wrong answer gains nearly as much; best-of-N's wrong
 answers scatter and lose the vote one by one.

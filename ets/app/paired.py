@@ -4,7 +4,7 @@ Every method of a sweep searches the same problems, so their accuracies are pair
 problem that is easy is easy for both. On the demo's 24 problems the seeds moved one
 method's accuracy by up to 17 points, more than the methods differed, and two means with
 their own ± cannot say whether REBASE is 5 points above best-of-N or ETS within 1 point of
-REBASE (issue 18's targets). The difference per problem can: its mean over the problems is
+REBASE (the paper's claims). The difference per problem can: its mean over the problems is
 the accuracy difference, and resampling the problems (a percentile bootstrap, seeded, so
 the same records give the same interval) gives its confidence interval.
 

@@ -3,7 +3,7 @@
 Rows are the dicts `ets.app.run.run` returns, plus `method` and `width`. Both KV-size
 metrics are columns: the project's (prompt counted) and the ETS code's (prompt as 2 tokens,
 its selection steps only), which is the one the paper's ratios are on. The Markdown
-table is what `ets demo` prints and `docs/RESULTS.md` holds; the CSV has every column;
+table is what `ets demo` prints and `docs/results.md` shows; the CSV has every column;
 the plots are for people who would rather look than read. Rows that are means over seeds
 (ets/app/sweep.py `aggregate_seeds`: `seeds` > 1, `<key>_sd` beside each mean) print as
 `mean ± sd` and plot with error bars of one sd.

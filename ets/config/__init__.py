@@ -19,7 +19,7 @@ client threads; `ets run` says so in one logged line), and `policy_model_type` /
 `reward_model_type` name rows of `PRESETS`: the prompt template and step delimiter, and
 the PRM convention, that the ETS code uses for those models. A user's explicit keys
 override a preset's. `search.compat: ets_code` reproduces the ETS code's selection and
-accounting where they depart from ALGORITHMS.md (the default, `project`, keeps the
+accounting where they depart from the project's (the default, `project`, keeps the
 project's corrected behaviour).
 
 search-and-learn's recipes (`approach`, `n`, `model_path`, ...) are read as they are too

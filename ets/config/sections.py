@@ -33,8 +33,8 @@ AGGREGATIONS = ("last", "min", "mean", "prod")
 # search.compat: the project's corrected behaviour, or the ETS public code's (docs/FIDELITY.md).
 PROJECT, ETS_CODE = "project", "ets_code"
 COMPAT_MODES = (PROJECT, ETS_CODE)
-# The ETS code's answer phrases: a step that writes one ends its trajectory (ALGORITHMS.md,
-# "Terminal"). Case as written; the default of `search.answer_markers`.
+# The ETS code's answer phrases: a step that writes one ends its trajectory (docs/algorithms.md,
+# "The loop"). Case as written; the default of `search.answer_markers`.
 REFERENCE_ANSWER_PHRASES = ("The answer is", "The final answer is:", "Therefore, the final answer is")
 # What the ETS code counts a prompt as: `len(tokenizer(text))`, the keys of a Llama or
 # Mistral tokenizer's output (input_ids, attention_mask), not its tokens.
@@ -78,7 +78,7 @@ ETS_KEY_ALIASES = {
 
 @dataclass
 class SearchConfig:
-    """Hyperparameters of one search (ALGORITHMS.md). Defaults follow the ETS public code."""
+    """Hyperparameters of one search (docs/algorithms.md). Defaults follow the ETS public code."""
 
     method: str = "rebase"            # a registered strategy: best_of_n | beam | dvts | rebase | ets (ETS names accepted)
     width: int = 16                   # W: completed trajectories a search may produce

@@ -72,8 +72,8 @@ def computation_consistency(trajectories: Sequence[Sequence[Sequence[str]]], lab
     variance, on the probit scale, that the group fixes (1 - pooled within-group variance
     / total variance). Near 0, each path is judged afresh and a search's many paths through
     a computation average its mistakes out; near 1, one verdict is repeated, and a search
-    that gives width to what scores well piles it on an overrated wrong computation
-    (docs/RESULTS.md). NaN with fewer than 2 groups of 2 or more."""
+    that gives width to what scores well piles it on an overrated wrong computation.
+    NaN with fewer than 2 groups of 2 or more."""
     from statistics import NormalDist
 
     from ets.demo.checker import computation
@@ -104,7 +104,7 @@ def computation_auc(trajectories: Sequence[Sequence[Sequence[str]]], labels: Seq
     of problems that had both), as `mean_auc_within`. A step AUC counts a computation once
     per path that makes it; a search that gives width to what scores well meets each of its
     computations once per path too, but is misled once per computation the PRM overrates,
-    so this is the AUC that says how far it can be trusted (docs/RESULTS.md)."""
+    so this is the AUC that says how far it can be trusted."""
     from ets.demo.checker import computation
 
     groups = []
@@ -124,8 +124,7 @@ def rebase_steering(trajectories: Sequence[Sequence[Sequence[str]]], labels: Seq
     as in the config); the result is the mean weight on the paths with no wrong step yet,
     the mean plain share of those paths, and the count of (problem, depth) groups that
     had both. A rank AUC does not see this: a PRM that tells 0.1 from 0.3 well but puts
-    overrated wrong paths at 0.97 among right ones at 0.97 ranks well and steers little
-    (docs/RESULTS.md)."""
+    overrated wrong paths at 0.97 among right ones at 0.97 ranks well and steers little."""
     weighted, plain = [], []
     for problem in zip(trajectories, labels, scores):
         by_depth: dict = {}

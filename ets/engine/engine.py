@@ -206,8 +206,8 @@ class Engine:
         newest is needed last, so it is the one to lose (Belady's rule). Spilling the oldest
         lost the path the next call extends first, whose recomputation then pushed out the
         one after it, round after round: REBASE at W=64 in a 10k-token pool computed 1.95
-        tokens per token generated that way, 1.29 this way (docs/RESULTS.md, "Pools
-        smaller than a REBASE search")."""
+        tokens per token generated that way, 1.29 this way (docs/results.md, "Throughput
+        under a KV budget")."""
         if not self.handles:
             for seq in reversed(self._inflight):
                 if seq.result_node is not None:

@@ -1,5 +1,5 @@
 """The search loop: many problems at once, one batched policy call and one batched reward
-call per round (DESIGN.md, "How data flows").
+call per round (docs/ARCHITECTURE.md, "One round of the search loop").
 
     loop = SearchLoop(problems, policy, reward, config, concurrency=8)
     records, stats = loop.run()
@@ -38,8 +38,7 @@ the policy's samples and the PRM's scores of a problem do not depend on the prob
 it, and tests/test_determinism.py compares step scores exactly. Before that (commit
 2d4bec0) they moved in the last bits with a batch's composition, and once in 120 W=64
 demo records compared between runs of 24 and 60 problems a near-tied selection flipped (PRM
-scores of identical steps 1.4e-6 apart; docs/RESULTS.md, "REBASE against ETS on 60
-problems"); after it, the 24 problems that run and a 24-problem run share have identical
+scores of identical steps 1.4e-6 apart); after it, the 24 problems that run and a 24-problem run share have identical
 records, step scores included. The PRM on its plain forward (the transformers and vLLM
 backends) scores each sequence in a forward of its own, so its scores do not depend on the
 batch either (rewards/backends.py, `batch_invariant`; tests/test_hf_determinism.py). Where
@@ -286,7 +285,8 @@ class SearchLoop:
                 break  # wait until a finished search frees its share of the capacity
             self.pending.pop()
             del self._prompts[index]
-            a = _Active(index, problem, SearchTree(prompt.text, prompt.token_ids), {0: self.config.width}, self.config.width)
+            tree = SearchTree(prompt.text, prompt.token_ids)
+            a = _Active(index, problem, tree, {0: self.strategy.root_children(self.config.width)}, self.config.width)
             a.question = problem.question
             if prompt.truncated_from is not None:
                 a.tree.root.tags["truncated_from"] = prompt.truncated_from
@@ -388,7 +388,7 @@ class SearchLoop:
         candidates = []
         for child in new:
             # A trajectory also ends at the model's context, or the token or depth limit
-            # (ALGORITHMS.md ends the loop at max_depth; we keep those trajectories as
+            # (the ETS code ends the loop at max_depth; we keep those trajectories as
             # completed so they can still vote; compat: ets_code drops them, rules.outcome).
             at_context = child.tags.get("finish") == "context"
             if at_context and not a.context_warned:
@@ -406,8 +406,10 @@ class SearchLoop:
             a.kv_size_steps.append(kv_size(candidates))
         if a.remaining <= 0 or not candidates:
             return None
-        a.kv_size_ref_steps.append(rules.kv_size_ref(candidates))  # the ETS code counts selections only
-        return Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth, a.metrics)
+        frontier = Frontier(a.tree, candidates, list(a.completed), a.remaining, config.width, a.depth, a.metrics)
+        # the ETS code counts selections only, over the nodes its selection lists
+        a.kv_size_ref_steps.append(rules.kv_size_ref(self.strategy.listed_nodes(frontier)))
+        return frontier
 
     def _allocation(self, frontier: Frontier) -> dict[int, int]:
         alloc = {node_id: n for node_id, n in self.strategy.select(frontier).items() if n > 0}

