@@ -324,8 +324,8 @@ def probed_choices(cls: type, f: dataclasses.Field) -> list[str] | None:
 def registry_values() -> dict[tuple[str, str], tuple[str, list[str]]]:
     """Keys whose values are names looked up elsewhere than in the section's checks:
     (how the list reads, the names). Built-ins only: what a user registers is theirs."""
-    import search
-    from rewards.registry import BUILTINS
+    import ets.strategies as search
+    from ets.rewards.registry import BUILTINS
 
     return {
         ("search", "method"): ("built in", search.available()),
@@ -370,7 +370,7 @@ def _option_rows(obj: Any) -> list[list[str]]:
 
 
 def _reward_options() -> list[str]:
-    from rewards.registry import BUILTINS, import_attr
+    from ets.rewards.registry import BUILTINS, import_attr
 
     out = []
     for name, spec in BUILTINS.items():

@@ -44,10 +44,10 @@ from collections import Counter
 import numpy as np
 
 from ets.tree import Node
-from lp import FALLBACK_STATUSES, StepClusterer, prepare_embedder, solve_selection
-from search.base import Allocation, Frontier, Strategy, register
-from search.compat import EARLIER, LATER, ROOT_SCORE, in_code_order, reference_allocate, reference_rank
-from search.rebase import allocate
+from ets.lp import FALLBACK_STATUSES, StepClusterer, prepare_embedder, solve_selection
+from ets.strategies.base import Allocation, Frontier, Strategy, register
+from ets.strategies.compat import EARLIER, LATER, ROOT_SCORE, in_code_order, reference_allocate, reference_rank
+from ets.strategies.rebase import allocate
 
 log = logging.getLogger(__name__)
 

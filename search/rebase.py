@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from search.base import Allocation, Frontier, Strategy, register
-from search.compat import ROOT_SCORE, in_code_order, later_first, reference_allocate
+from ets.strategies.base import Allocation, Frontier, Strategy, register
+from ets.strategies.compat import ROOT_SCORE, in_code_order, later_first, reference_allocate
 
 # ceil() of a ratio that is an integer in exact arithmetic can land a hair above it in
 # floating point (3.0000000000000004 -> 4); this slack absorbs that, nothing more.

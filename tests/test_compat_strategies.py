@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-import search
+import ets.strategies as search
 from ets.config import SearchConfig
 from ets.tree import SearchTree
 from ets.config import ConfigError
-from search.compat import earlier_first, later_first, reference_allocate, reference_rank
-from search.rebase import allocate
+from ets.strategies.compat import earlier_first, later_first, reference_allocate, reference_rank
+from ets.strategies.rebase import allocate
 from tests.helpers import add_children, frontier, tree_with_children
 
 
