@@ -51,6 +51,7 @@ class Kind(NamedTuple):
     plural: str                                 # "rewards", "strategies"
     error: type[PluginError]                    # its faults, one line each
     own_errors: tuple[type[BaseException], ...] = ()  # the project's errors it may raise itself
+    options_key: str = "options"                # the config key that holds its options
 
 
 def is_project_module(module_name: str) -> bool:
@@ -121,7 +122,8 @@ def check_options(fn: Callable, options: Mapping[str, Any], kind: Kind, name: st
         for key in options:
             if key not in allowed:
                 raise ConfigError(
-                    f"{kind.label} {name!r}: unknown option {key!r}; allowed options: {', '.join(allowed) or '(none)'}"
+                    f"{kind.label} {name!r}: unknown option {key!r} in {kind.options_key}; allowed options: "
+                    f"{', '.join(allowed) or '(none)'}"
                 )
     try:
         sig.bind(*([None] * skip), **options)

@@ -23,7 +23,7 @@ class PluginError(RewardError, plugins.PluginError):
     message names the plug-in, the exception, where in its code, and what to check."""
 
 
-REWARD = plugins.Kind("reward", "rewards", PluginError, (RewardError,))
+REWARD = plugins.Kind("reward", "rewards", PluginError, (RewardError,), options_key="reward.options")
 
 
 def passes_through(exc: BaseException) -> bool:

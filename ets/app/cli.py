@@ -508,9 +508,11 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from ets.app.evaluate import EvalError
     from ets.app.jsonl import ResultsFileError
     from ets.models.load import ModelLoadError
+    from ets.plugins import PluginError
     from rewards.base import RewardError
 
-    return (ConfigError, DataError, EvalError, ResultsFileError, ModelLoadError, RewardError, FileNotFoundError)
+    return (ConfigError, DataError, EvalError, ResultsFileError, ModelLoadError, RewardError, PluginError,
+            FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:
