@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ets.api import apply_torch_threads, build_reward
 from ets.config import RunConfig, model_preset_notes
 from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
@@ -25,15 +26,6 @@ from ets.policy.build import build_policy
 from search import build as build_strategy
 
 log = logging.getLogger(__name__)
-
-
-def build_reward_for(config: RunConfig, policy: Policy):
-    from rewards import build_reward
-
-    # The policy's engine is offered for PRMs that share its weights (step_tag with
-    # share_policy_engine); by default a PRM keeps its own KV pool (its own key,
-    # reward.options.kv_budget_tokens), so the policy's KV figures count the policy alone.
-    return build_reward(config.reward, config.policy, engine=getattr(policy, "engine", None))
 
 
 def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None = None, reward=None,
@@ -52,10 +44,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     strategy = build_strategy(config.search)  # an unknown method fails before anything is read or loaded
     for note in inert_keys_notes(config):
         log.warning(note)
-    if config.torch_threads is not None:
-        import torch
-
-        torch.set_num_threads(config.torch_threads)
+    apply_torch_threads(config)
     problems = load_problems(config.data)
     with open_output(config, problems, overwrite=overwrite) as writer:
         todo = [p for p in problems if p.id not in writer.done_ids]
@@ -65,7 +54,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
         if todo:
             # Models load before the clock starts: throughput measures the search alone.
             policy = policy or build_policy(config.policy, config.search)
-            reward = reward or build_reward_for(config, policy)
+            reward = reward or build_reward(config, policy)
             strategy.warm_up()
             from ets.engine.heap import frozen_loaded  # here: the ets.engine package loads torch
 

@@ -87,8 +87,8 @@ def node_seed(seed: int, problem: Problem, node_id: int) -> int:
     """The seed of the children of node `node_id` of `problem`'s search under the config's
     `seed`: a 62-bit BLAKE2b hash of (seed, problem id, question, node id). Node ids are
     given in the order a tree grows, which depends on this problem alone; the question is
-    hashed too, so a bare question given to `ets.search` (whose id is its position in the
-    list) draws the same samples wherever it stands."""
+    hashed too, so two problems that share an id (a caller's own) but not a question
+    draw their own samples."""
     key = f"{seed}\x00{problem.id}\x00{problem.question}\x00{node_id}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 2
 
