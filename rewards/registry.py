@@ -78,6 +78,21 @@ def resolve_reward(name: str) -> Any:
     )
 
 
+def plugin_module(name: str) -> str | None:
+    """The module a reward that is not the project's own is defined in, found without
+    importing it (for the run's provenance: its source is fingerprinted); None for a
+    built-in or a name that names nothing."""
+    obj = _registered.get(name)
+    if obj is not None and not isinstance(obj, str):
+        module = module_of(obj)
+    else:
+        spec = obj or BUILTINS.get(name) or (name if ":" in name else None)
+        if spec is None:
+            spec = next((ep.value for ep in _entry_points() if ep.name == name), None)
+        module = spec.partition(":")[0] if spec else None
+    return None if not module or is_project_module(module) else module
+
+
 def build_reward(
     reward_config: RewardConfig,
     policy_config: PolicyConfig | None = None,

@@ -161,6 +161,14 @@ def _plugin_class(spec: str) -> type[Strategy]:
     return obj
 
 
+def plugin_module(name: str) -> str | None:
+    """The module a strategy that is not the project's own is defined in (`module:Class`,
+    or a class a user registered), found without importing it; None for a built-in."""
+    name = METHOD_ALIASES.get(name, name)
+    module = module_of(_REGISTRY[name]) if name in _REGISTRY else name.partition(":")[0] if ":" in name else None
+    return None if not module or is_project_module(module) else module
+
+
 def check(config: SearchConfig) -> type[Strategy]:
     """The class `config.method` names, with `config.options` checked against its
     signature; nothing is built."""

@@ -202,8 +202,9 @@ def _eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
+        ungraded = f"; {result['ungraded']} without a ground truth not counted" if result.get("ungraded") else ""
         print(f"accuracy {result['accuracy']:.4f} ({result['correct']}/{result['problems']}) agg={args.agg} "
-              f"vote={args.vote}{files}")
+              f"vote={args.vote}{files}{ungraded}")
     return 0
 
 

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from ets.answers.aggregate import choose_answer
 from ets.api import apply_torch_threads, build_reward
 from ets.answers.extract import NOT_FOUND, extract
-from ets.answers.grading import is_equivalent
+from ets.answers.accuracy import grade
 from ets.app.evaluate import load_results
 from ets.app.output import OutputError, config_path, open_output, read_json
 from ets.app.provenance import describe, differences
@@ -100,9 +100,9 @@ def rescored(records: Sequence[dict[str, Any]], reward, config: RunConfig) -> li
         answers = [t["answer"] for t in trajectories]
         chosen = choose_answer(answers, per_problem, search.aggregation, search.vote)
         truth = record["ground_truth"]
-        correct = chosen is not None and truth is not None and is_equivalent(chosen, truth)
+        correct = grade(chosen, truth)
         out.append({**record, "aggregation": search.aggregation, "vote": search.vote, "answer": chosen,
-                    "correct": bool(correct), "trajectories": trajectories})
+                    "correct": correct, "trajectories": trajectories})
     return out
 
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ets.answers.accuracy import accuracy
 from ets.api import apply_torch_threads, build_reward
 from ets.config import RunConfig, model_preset_notes
 from ets.config.sal_recipes import no_effect_note
@@ -231,6 +232,7 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
     `ets.policy.base.KVMemory`), and the reward model's counters (`reward_stats`; for a PRM
     on its own engine, that second cache's pool and peak)."""
     n = len(records)
+    graded = accuracy(r["correct"] for r in records)
     new_tokens = sum(r["generated_tokens"] for r in new_records)
     measured = elapsed > 0 and bool(new_records)
     # The ETS code's KV metric (prompt as 2 tokens); unknown for records written before it was kept.
@@ -238,7 +240,8 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
     ref_sum = sum(ref) if n and None not in ref else None
     out = {
         "problems": n,
-        "accuracy": sum(r["correct"] for r in records) / n if n else 0.0,
+        "accuracy": graded.value,  # over the problems with a ground truth (ets/answers/accuracy.py)
+        **({"ungraded": graded.ungraded} if graded.ungraded else {}),
         # per problem, for paired comparisons of methods on the same problems (ets/app/paired.py)
         "correct_by_problem": correct_by_problem(records),
         "kv_size_sum": sum(r["kv_size"] for r in records),

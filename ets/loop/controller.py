@@ -68,7 +68,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from ets.answers.aggregate import choose_answer
 from ets.answers.extract import NOT_FOUND, extract
-from ets.answers.grading import is_equivalent
+from ets.answers.accuracy import grade
 from ets.config import ConfigError, SearchConfig
 from ets.data import DataError, Problem
 from ets.loop import rules
@@ -423,7 +423,7 @@ class SearchLoop:
                  for n in completed]
         answers = [f.answer for f in found]
         chosen = choose_answer(answers, [n.step_scores() for n in completed], config.aggregation, config.vote)
-        correct = chosen is not None and a.problem.answer is not None and is_equivalent(chosen, a.problem.answer)
+        correct = grade(chosen, a.problem.answer)  # None: the problem has no ground truth
         return result_record(
             problem=a.problem,
             tree=a.tree,
