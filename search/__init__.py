@@ -1,12 +1,17 @@
-"""Selection strategies: pure functions of the frontier, found by name in a registry.
+"""Selection strategies: pure functions of the frontier, found by name in a registry, or
+given as `module:Class` (a `Strategy` subclass of the user's, with its own `search.options`).
 
     from search import build
     strategy = build(SearchConfig(method="beam", width=16))
     allocation = strategy.select(frontier)        # {node id: children}
+
+A plug-in needs `Strategy`, `Frontier` and `selection_score` (what the built-ins rank by).
 """
 
-from search.base import Allocation, Frontier, Strategy, available, build, canonical_name, register
+from search.base import (Allocation, Frontier, Strategy, available, build, canonical_name, register, resolve,
+                         selection_score)
 from search import best_of_n, beam, dvts, rebase  # noqa: F401  (registration)
 from search import ets  # noqa: F401
 
-__all__ = ["Allocation", "Frontier", "Strategy", "available", "build", "canonical_name", "register"]
+__all__ = ["Allocation", "Frontier", "Strategy", "available", "build", "canonical_name", "register", "resolve",
+           "selection_score"]

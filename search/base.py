@@ -18,7 +18,6 @@ so any option given to one is a ConfigError naming it.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -177,12 +176,10 @@ def check(config: SearchConfig) -> type[Strategy]:
     return cls
 
 
-def build(config: SearchConfig, name: str | None = None) -> Strategy:
-    """The strategy named `name` (default: `config.method`), configured by `config` and
-    its `options`. A plug-in's faults, from its constructor and its methods, are one line
-    each (`PluginError`)."""
-    if name is not None:
-        config = dataclasses.replace(config, method=name)
+def build(config: SearchConfig) -> Strategy:
+    """The strategy `config.method` names, configured by `config` and its `options`. A
+    plug-in's faults, from its constructor and its methods, are one line each
+    (`PluginError`)."""
     cls = check(config)
     module = module_of(cls)
     if is_project_module(module):

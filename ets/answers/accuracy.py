@@ -39,6 +39,11 @@ class Accuracy(NamedTuple):
         return f"; {self.ungraded} problem{'s' if self.ungraded != 1 else ''} without a ground truth not counted"
 
 
+def nothing_to_grade(ungraded: int, what: str = "grade") -> str:
+    """The message of a command given only problems without a ground truth."""
+    return f"no problem has a ground truth ({ungraded} without one): there is nothing to {what}"
+
+
 def accuracy(outcomes: Iterable[bool | None]) -> Accuracy:
     """The accuracy of graded outcomes (`grade`'s, or records' `correct`), None ones left out."""
     correct = graded = ungraded = 0

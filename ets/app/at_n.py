@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ets.answers.accuracy import nothing_to_grade
 from ets.answers.aggregate import choose_answer
 from ets.answers.grading import is_equivalent
 
@@ -50,7 +51,7 @@ def accuracy_at_n(records: Sequence[dict[str, Any]], aggregation: str = "last", 
     ungraded = sum(r["ground_truth"] is None for r in records)
     records = [r for r in records if r["ground_truth"] is not None]
     if ungraded and not records:
-        raise ValueError(f"none of the {ungraded} problems has a ground truth: there is nothing to grade")
+        raise ValueError(nothing_to_grade(ungraded))
     width = max((len(r["trajectories"]) for r in records), default=0)
     if width == 0:
         raise ValueError("no problem has a trajectory: there is nothing to draw from")

@@ -28,6 +28,7 @@ from collections import Counter
 from statistics import mean
 from typing import Any, Mapping, Sequence
 
+from ets.answers.accuracy import nothing_to_grade
 from ets.answers.aggregate import aggregate, group_answers
 from ets.answers.grading import is_equivalent
 from ets.config import ANSWER_RULES
@@ -49,7 +50,7 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
     if not records:
         from ets.app.evaluate import EvalError
 
-        raise EvalError(f"none of the {ungraded} problems has a ground truth: there is nothing to diagnose")
+        raise EvalError(nothing_to_grade(ungraded, "diagnose"))
     solved = vote_right = right_leads = 0
     shares: dict[str, list[float]] = {k: [] for k in ("right", "top_wrong", "right_weight", "top_wrong_weight")}
     answers, prefixes, cut, steps = [], [], [], []

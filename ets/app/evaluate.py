@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ets.answers.aggregate import choose_answer
-from ets.answers.accuracy import accuracy, grade
+from ets.answers.accuracy import accuracy, grade, nothing_to_grade
 from ets.app.jsonl import numbered_records
 from ets.app.records import EVAL, Needs, records_problem
 from ets.paths import special_kind
@@ -60,7 +60,7 @@ def evaluate(records: list[dict[str, Any]], aggregation: str, vote: str, *,
         outcomes.append(grade(chosen, r["ground_truth"], float_rounding=float_rounding))
     acc = accuracy(outcomes)
     if records and not acc.graded:
-        raise EvalError(f"none of the {acc.ungraded} problems has a ground truth: there is nothing to grade")
+        raise EvalError(nothing_to_grade(acc.ungraded))
     out = {"problems": acc.graded, "correct": acc.correct, "accuracy": acc.value, "aggregation": aggregation,
            "vote": vote, **({"ungraded": acc.ungraded} if acc.ungraded else {})}
     if float_rounding is not None:
