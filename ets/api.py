@@ -50,7 +50,9 @@ def load_config(config: ConfigLike | None = None, overrides: Sequence[str] = ())
         return config_from_dict(config, list(overrides))
     if config is None or isinstance(config, (str, Path)):
         return _load_yaml(config, list(overrides))
-    raise ConfigError(f"config: expected a YAML file's path, a dict or a RunConfig, got {type(config).__name__}")
+    raise ConfigError(f"config: expected a YAML file's path, a dict or a RunConfig, got {type(config).__name__}; "
+                      "the problems come second (ets.search(config, problems)), and problems searched with a "
+                      "policy and reward you built go to ets.search_with(problems, policy, reward, search_config)")
 
 
 def apply_torch_threads(config: RunConfig) -> None:

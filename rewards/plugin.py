@@ -18,8 +18,8 @@ import inspect
 from typing import Any, Callable, Mapping
 
 from ets.config import ConfigError
-from rewards.base import ProcessRewardModel
 from ets.plugins import check_options
+from rewards.base import ProcessRewardModel
 from rewards.plugin_faults import REWARD, guarded, is_guarded, module_of
 
 WHEN_BUILT_ADVICE = "check reward.options and what its constructor needs"

@@ -85,6 +85,7 @@ def test_problems_given_in_python_may_lack_an_answer_and_an_id():
     (TINY, ["What is 1 + 1?", "What is 1 + 1?"], ets.DataError, "problem 0 and problem 1 have the same problem id"),
     (TINY, [3], ets.DataError, "problem 0: expected a Problem, a question string or a dict"),
     (TINY, None, ets.ConfigError, "unknown key 'widht'"),
+    (["What is 1 + 1?"], None, ets.ConfigError, "got list; the problems come second (ets.search(config, problems))"),
 ])
 def test_bad_input_is_one_clear_error_before_any_model_loads(config, problems, error, words, monkeypatch):
     monkeypatch.setattr("ets.api.build_policy", lambda config: pytest.fail("a model was loaded"))
