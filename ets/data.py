@@ -40,30 +40,64 @@ class DataError(ValueError):
     """The problems could not be loaded; the message names the file, the line and the fix."""
 
 
-class Problem(NamedTuple):
-    id: str
+class _Fields(NamedTuple):
     question: str
     answer: str | None          # the ground truth, ready for `ets.answers.grading.is_equivalent`;
-                                # None only for ad-hoc questions (`as_problem`) with no truth
+                                # None: unknown (the problem is searched, and graded as unknown)
+    id: str                     # names the problem in its result record
     raw: dict[str, Any]         # the record as read, for anything a caller needs beyond these
+
+
+class Problem(_Fields):
+    """One problem to search: its question, its ground truth if known, its id.
+
+        ets.Problem("What is 2 + 3?")                 # no ground truth: its record's `correct` is None
+        ets.Problem("What is 2 + 3?", answer="5", id="add-1")
+
+    An id not given is `question_id(question)`, a hash of the question text, as a data file's
+    record without an id gets: a problem keeps its id (and its samples: the search's seeds
+    are drawn from the id and the question) wherever it stands in a list, and the same
+    question searched from Python and by `ets run` has the same id, so their results
+    compare. A number as the answer is graded as its text."""
+
+    __slots__ = ()
+
+    def __new__(cls, question: str, answer: str | int | float | None = None, id: str | None = None,
+                raw: dict[str, Any] | None = None) -> "Problem":
+        if not isinstance(question, str) or not question.strip():
+            raise DataError(f"Problem: the question must be a non-empty string, got {str(question)[:60]!r}")
+        answer = ground_truth(answer, "answer", "Problem")
+        if isinstance(answer, str) and not answer.strip():
+            raise DataError(f"Problem {question[:40]!r}: the answer is empty; give answer=None for a problem "
+                            "whose ground truth is not known")
+        return super().__new__(cls, question, None if answer is None else str(answer).strip(),
+                               question_id(question) if id is None else id, {} if raw is None else raw)
 
 
 def as_problem(item: Problem | str | dict[str, Any], index: int) -> Problem:
     """A `Problem` from what a Python caller of `ets.search` may pass: a Problem, a bare
     question string (no ground truth), or a dict with `question` (or `problem`) and,
-    optionally, `answer` and `id`."""
+    optionally, `answer` and `id` (or `unique_id`). Without an id, the problem's is a hash
+    of its question (see `Problem`); `index` names the item in errors."""
     if isinstance(item, Problem):
         return item
-    if isinstance(item, str):
-        return Problem(id=str(index), question=item, answer=None, raw={"question": item})
+    if isinstance(item, str) and item.strip():
+        return Problem(item)
     if isinstance(item, dict):
         question = item.get("question", item.get("problem"))
         if isinstance(question, str) and question.strip():
             answer = ground_truth(item.get("answer"), "answer", f"problem {index}")
-            return Problem(id=str(item.get("id", item.get("unique_id", index))), question=question,
-                           answer=None if answer is None else str(answer), raw=item)
+            return Problem(question, answer, _record_id(item, question), item)
     raise DataError(f"problem {index}: expected a Problem, a question string or a dict with a 'question' "
                     f"string, got {type(item).__name__} {str(item)[:60]!r}")
+
+
+def as_problems(items: Iterable[Problem | str | dict[str, Any]]) -> list[Problem]:
+    """`as_problem` of each item, ids checked distinct: the same question twice would be
+    searched with the same draws (and share one line of a results file)."""
+    problems = [as_problem(item, index) for index, item in enumerate(items)]
+    _check_unique(problems, [f"problem {index}" for index in range(len(problems))])
+    return problems
 
 
 def detect_format(record: dict[str, Any]) -> str | None:
@@ -105,7 +139,7 @@ def _check_unique(problems: list[Problem], places: list[str]) -> None:
                    else "the same 'unique_id'/'id' field")
             raise DataError(
                 f"{seen[problem.id]} and {where} have the same problem id {problem.id!r} ({how}); "
-                "give each record a distinct 'id' field, or remove the duplicate"
+                "give each record a distinct 'id' field (in Python: Problem(question, id=...)), or remove the duplicate"
             )
         seen[problem.id] = where
 
@@ -136,7 +170,7 @@ def _to_problem(record: Any, fmt: str, data: DataConfig, where: str) -> Problem:
         raise DataError(f"{where}: field {q_key!r} must be a non-empty string")
     if answer is None or (isinstance(answer, str) and not answer.strip()):
         raise DataError(f"{where}: field {a_key!r} is empty; every problem needs a ground-truth answer")
-    return Problem(id=_record_id(raw, question), question=question, answer=str(answer).strip(), raw=raw)
+    return Problem(question, str(answer).strip(), _record_id(raw, question), raw)
 
 
 def ground_truth(value: Any, field: str, where: str) -> Any:

@@ -18,8 +18,9 @@ import inspect
 from typing import Any, Callable, Mapping
 
 from ets.config import ConfigError
+from ets.plugins import check_options
 from ets.rewards.base import ProcessRewardModel
-from ets.rewards.plugin_faults import guarded, is_guarded, module_of
+from ets.rewards.plugin_faults import REWARD, guarded, is_guarded, module_of
 
 WHEN_BUILT_ADVICE = "check reward.options and what its constructor needs"
 WHEN_SCORING_ADVICE = "finished problems are kept"
@@ -59,9 +60,9 @@ def check_plugin(obj: Any, options: Mapping[str, Any] | None, name: str) -> None
             raise ConfigError(f"reward {name!r} is an already-built instance; it takes no options (got {', '.join(options)})")
     elif isinstance(obj, type):
         _check_class(obj, name)
-        _check_signature(obj, options, name, skip=0)
+        check_options(obj, options, REWARD, name, skip=0)
     elif callable(obj):
-        _check_signature(obj, options, name, skip=2)
+        check_options(obj, options, REWARD, name, skip=2, takes="(questions, trajectories)")
     else:
         raise ConfigError(f"reward {name!r} is a {type(obj).__name__}, not a function or a ProcessRewardModel subclass")
 
@@ -95,28 +96,3 @@ def _named(prm: ProcessRewardModel, name: str) -> ProcessRewardModel:
     if prm.name == ProcessRewardModel.name:
         prm.name = name
     return prm
-
-
-def _check_signature(fn: Callable, options: dict[str, Any], name: str, skip: int) -> None:
-    """Can `fn(<skip positional args>, **options)` be called? Else name the bad option."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return  # builtins without a signature: let the call decide
-    params = list(sig.parameters.values())
-    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in params)
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    takes_varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
-    if skip and len(positional) < skip and not takes_varargs:
-        raise ConfigError(f"reward {name!r} must accept (questions, trajectories); its signature is {sig}")
-    allowed = [p.name for p in params[skip:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    if not takes_kwargs:
-        for key in options:
-            if key not in allowed:
-                raise ConfigError(
-                    f"reward {name!r}: unknown option {key!r}; allowed options: {', '.join(allowed) or '(none)'}"
-                )
-    try:
-        sig.bind(*([None] * skip), **options)
-    except TypeError as exc:
-        raise ConfigError(f"reward {name!r}: options {options} do not fit its signature {sig}: {exc}") from exc

@@ -20,7 +20,6 @@ What the name resolves to decides how it is built:
 
 from __future__ import annotations
 
-import importlib
 from importlib import metadata
 from typing import Any
 
@@ -29,7 +28,8 @@ from ets.config.checks import did_you_mean
 from ets.rewards.base import ProcessRewardModel
 from ets.rewards.options import RewardContext, parse_options
 from ets.rewards.plugin import WHEN_BUILT_ADVICE, guard_scoring, make_plugin
-from ets.rewards.plugin_faults import fault, guarded, is_project_module, module_of, passes_through
+from ets.plugins import import_object
+from ets.rewards.plugin_faults import REWARD, guarded, is_project_module, module_of
 
 ENTRY_POINT_GROUP = "ets.rewards"
 
@@ -78,6 +78,21 @@ def resolve_reward(name: str) -> Any:
     )
 
 
+def plugin_module(name: str) -> str | None:
+    """The module a reward that is not the project's own is defined in, found without
+    importing it (for the run's provenance: its source is fingerprinted); None for a
+    built-in or a name that names nothing."""
+    obj = _registered.get(name)
+    if obj is not None and not isinstance(obj, str):
+        module = module_of(obj)
+    else:
+        spec = obj or BUILTINS.get(name) or (name if ":" in name else None)
+        if spec is None:
+            spec = next((ep.value for ep in _entry_points() if ep.name == name), None)
+        module = spec.partition(":")[0] if spec else None
+    return None if not module or is_project_module(module) else module
+
+
 def build_reward(
     reward_config: RewardConfig,
     policy_config: PolicyConfig | None = None,
@@ -120,35 +135,7 @@ def _context(reward_config: RewardConfig, policy_config: PolicyConfig | None, en
 
 def import_attr(spec: str, name: str) -> Any:
     """`package.module:attr.sub` -> the object; errors name the reward and what failed."""
-    module_name, sep, attr_path = spec.partition(":")
-    if not sep or not module_name or not attr_path:
-        raise ConfigError(f"reward {name!r}: {spec!r} must look like package.module:attr")
-    try:
-        obj = importlib.import_module(module_name)
-    except Exception as exc:
-        if isinstance(exc, ModuleNotFoundError) and exc.name is not None and _is_prefix(exc.name, module_name):
-            raise ConfigError(
-                f"reward {name!r}: cannot import module {module_name!r} ({exc}); is it installed or on "
-                f"PYTHONPATH? known rewards: {', '.join(known_rewards())}"
-            ) from exc
-        if is_project_module(module_name) or passes_through(exc):
-            raise  # the project's own module: a bug, its traceback finds it
-        # The plug-in's module itself failed: a missing dependency, a syntax error, or
-        # anything its top level raised.
-        missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
-        advice = f"install {missing!r}, or fix that import" if missing else f"fix {module_name!r}"
-        raise fault(name, exc, module_name, f"importing its module {module_name!r}", advice) from exc
-    for part in attr_path.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as exc:
-            raise ConfigError(f"reward {name!r}: module {module_name!r} has no attribute {attr_path!r}") from exc
-    return obj
-
-
-def _is_prefix(package: str, module_name: str) -> bool:
-    """`package` is `module_name` or one of its parent packages."""
-    return module_name == package or module_name.startswith(package + ".")
+    return import_object(spec, REWARD, name, known_rewards)
 
 
 def _entry_points() -> list[metadata.EntryPoint]:

@@ -63,7 +63,8 @@ def main() -> None:
     parser.add_argument("--backends", default="engine,vllm,hf")
     args = parser.parse_args()
 
-    from ets.app.run import build_reward_for, run
+    from ets.api import build_reward
+    from ets.app.run import run
     from ets.config import load_config
     from ets.policy.build import build_policy
 
@@ -80,7 +81,7 @@ def main() -> None:
             print(f"{backend}: could not be built: {type(exc).__name__}: {exc}")
             continue
         load_s = time.perf_counter() - t0
-        reward = build_reward_for(config, policy)
+        reward = build_reward(config, policy)
         for width in [int(w) for w in args.widths.split(",")]:
             tree = tree_workload(policy, questions, width, args.depth)
             config = load_config(DEMO, overrides(backend, width, args.problems, f"{tmp}/w{width}.jsonl"))

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from bench_concurrency import DEMO, fresh, spread  # noqa: E402
-from ets.app.run import build_reward_for  # noqa: E402
+from ets.api import build_reward  # noqa: E402
 from ets.config import load_config  # noqa: E402
 from ets.data import load_problems  # noqa: E402
 from ets.loop.controller import SearchLoop  # noqa: E402
@@ -84,7 +84,7 @@ def main(argv=None) -> None:
     first = configs[budgets[0], METHODS[0]]
     problems = load_problems(first.data)
     policies = {b: build_policy(configs[b, METHODS[0]].policy, first.search) for b in budgets}
-    reward = build_reward_for(first, policies[budgets[0]])
+    reward = build_reward(first, policies[budgets[0]])
     print(f"REBASE against ETS, W={args.width}, {len(problems)} problems, seed {first.search.seed}, "
           f"{args.threads} thread(s), concurrency cap {first.concurrency}, {args.repeats} interleaved repeats, "
           f"policy {first.policy.model} on {first.policy.backend}, reward {first.reward.name}")

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from ets.app.run import build_reward_for  # noqa: E402
+from ets.api import build_reward  # noqa: E402
 from ets.config import load_config  # noqa: E402
 from ets.data import load_problems  # noqa: E402
 from ets.engine.heap import freeze_loaded  # noqa: E402
@@ -100,7 +100,7 @@ def main(argv=None) -> None:
                                        f"data.limit={args.problems}", *args.overrides])
     problems = load_problems(config.data)
     policy = build_policy(config.policy, config.search)
-    reward = build_reward_for(config, policy)
+    reward = build_reward(config, policy)
     values = [int(c) for c in args.concurrency.split(",")]
     print(f"{args.method} W={args.width}, {len(problems)} problems, {args.threads} thread(s), "
           f"{args.repeats} interleaved repeats, policy {config.policy.model} on {config.policy.backend}")

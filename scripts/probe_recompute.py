@@ -33,7 +33,7 @@ import torch  # noqa: E402
 
 from bench_budget import one_run  # noqa: E402
 from bench_concurrency import DEMO  # noqa: E402
-from ets.app.run import build_reward_for  # noqa: E402
+from ets.api import build_reward  # noqa: E402
 from ets.config import load_config  # noqa: E402
 from ets.data import load_problems  # noqa: E402
 from ets.engine.scheduler import Scheduler  # noqa: E402
@@ -82,7 +82,7 @@ def main(argv=None) -> None:
                                        f"policy.kv_budget_tokens={args.budget}", *args.overrides])
     problems = load_problems(config.data)
     policy = build_policy(config.policy, config.search)
-    reward = build_reward_for(config, policy)
+    reward = build_reward(config, policy)
     counts: collections.Counter = collections.Counter()
     hook(policy.engine.scheduler, counts)
     run = one_run(problems, policy, reward, config)  # bench_budget's run: empty caches, zeroed counters

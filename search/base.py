@@ -6,10 +6,19 @@ expansion the controller hands it a `Frontier` and receives an allocation
 i.e. the candidate is pruned). What a strategy counts (e.g. ETS solver fallbacks) it
 writes into `frontier.metrics`, the problem's own counter, which lands in its result
 record as `strategy_metrics`.
+
+Strategies are found by name (`register`), or given as `module:Class`, a `Strategy`
+subclass of the user's (`search.method: mypkg.strats:MyStrategy`), loaded as reward
+plug-ins are (ets/plugins.py): what it raises when imported, built or called is one line
+naming it and the line of its code. `search.options` are the strategy's own options, its
+constructor's keyword arguments after the config (`MyStrategy(config, **options)`),
+checked against its signature before anything is loaded: a built-in strategy takes none,
+so any option given to one is a ConfigError naming it.
 """
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
@@ -17,6 +26,7 @@ from typing import Callable
 
 from ets.config import METHOD_ALIASES, ConfigError, SearchConfig
 from ets.config.checks import did_you_mean
+from ets.plugins import Kind, PluginError, check_options, guarded, import_object, is_project_module, module_of
 from ets.tree import Node, SearchTree
 
 Allocation = dict[int, int]
@@ -123,16 +133,76 @@ def available() -> list[str]:
     return list(_REGISTRY)
 
 
+STRATEGY = Kind("strategy", "strategies", PluginError, options_key="search.options")
+# The methods a plug-in strategy's faults are caught in, and what its user is told to check.
+PLUGIN_METHODS = ("select", "prepare", "answering", "warm_up", "prefetch")
+WHEN_BUILT_ADVICE = "check search.options and what its constructor needs"
+WHEN_CALLED_ADVICE = "finished problems are kept"
+
+
 def canonical_name(name: str) -> str:
+    """A registered name for `name` (an alias resolved), or a `module:Class` as given once
+    it loads as a strategy; else a ConfigError listing the known names."""
     name = METHOD_ALIASES.get(name, name)
-    if name not in _REGISTRY:
-        aliases = ", ".join(f"{a} -> {b}" for a, b in METHOD_ALIASES.items())
-        # a user's mistake: the command reports it as one line
-        raise ConfigError(f"unknown search strategy {name!r}{did_you_mean(name, [*available(), *METHOD_ALIASES])}; "
-                          f"known: {', '.join(available())} (aliases: {aliases})")
+    resolve(name)
     return name
 
 
-def build(config: SearchConfig, name: str | None = None) -> Strategy:
-    """The strategy named `name` (default: `config.method`), configured by `config`."""
-    return _REGISTRY[canonical_name(name or config.method)](config)
+def resolve(name: str) -> type[Strategy]:
+    """The strategy class `name` stands for: a registered name or alias, or `module:Class`."""
+    name = METHOD_ALIASES.get(name, name)
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if ":" in name:
+        return _plugin_class(name)
+    aliases = ", ".join(f"{a} -> {b}" for a, b in METHOD_ALIASES.items())
+    # a user's mistake: the command reports it as one line
+    raise ConfigError(f"unknown search strategy {name!r}{did_you_mean(name, [*available(), *METHOD_ALIASES])}; "
+                      f"known: {', '.join(available())} (aliases: {aliases}); or give a Strategy subclass as "
+                      "module:Class")
+
+
+def _plugin_class(spec: str) -> type[Strategy]:
+    obj = import_object(spec, STRATEGY, spec, available)
+    if not (isinstance(obj, type) and issubclass(obj, Strategy)):
+        what = f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
+        raise ConfigError(f"strategy {spec!r} is {what}, not a search.Strategy subclass; give a subclass "
+                          "that defines select(self, frontier) -> {candidate id: children}")
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ()))) or "select"
+        raise ConfigError(f"strategy {spec!r}: the class {obj.__name__} does not define {missing}(self, frontier); "
+                          "define it to return {candidate id: children}")
+    return obj
+
+
+def plugin_module(name: str) -> str | None:
+    """The module a strategy that is not the project's own is defined in (`module:Class`,
+    or a class a user registered), found without importing it; None for a built-in."""
+    name = METHOD_ALIASES.get(name, name)
+    module = module_of(_REGISTRY[name]) if name in _REGISTRY else name.partition(":")[0] if ":" in name else None
+    return None if not module or is_project_module(module) else module
+
+
+def check(config: SearchConfig) -> type[Strategy]:
+    """The class `config.method` names, with `config.options` checked against its
+    signature; nothing is built."""
+    cls = resolve(config.method)
+    check_options(cls, config.options, STRATEGY, config.method, skip=1, takes="(config)")
+    return cls
+
+
+def build(config: SearchConfig) -> Strategy:
+    """The strategy `config.method` names, configured by `config` and its `options`. A
+    plug-in's faults, from its constructor and its methods, are one line each
+    (`PluginError`)."""
+    cls = check(config)
+    module = module_of(cls)
+    if is_project_module(module):
+        return cls(config, **config.options)
+    strategy = guarded(cls, STRATEGY, config.method, module, "building it", WHEN_BUILT_ADVICE)(config, **config.options)
+    for method in PLUGIN_METHODS:
+        setattr(strategy, method, guarded(getattr(strategy, method), STRATEGY, config.method, module, "",
+                                          WHEN_CALLED_ADVICE))
+    if not strategy.name:
+        strategy.name = config.method
+    return strategy

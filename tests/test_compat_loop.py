@@ -65,7 +65,7 @@ def reward(questions, trajectories):
 
 def one(policy, **kw):
     config = SearchConfig(**kw)
-    return search([Problem("p", "What is 2 + 2?", "4", {})], policy, reward, config, save_trees=True)[0]
+    return search([Problem("What is 2 + 2?", "4", id="p")], policy, reward, config, save_trees=True)[0]
 
 
 @pytest.mark.parametrize("text, project, ets_code", [

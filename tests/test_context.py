@@ -93,7 +93,7 @@ def test_a_path_never_passes_the_context_and_ends_there(short_model, backend, ca
     cfg = SearchConfig(method="rebase", width=3, max_step_tokens=8, max_tokens=200, max_depth=20, temperature=1.0)
     policy = policies(model, tok, cfg)[backend]
     assert policy.context_tokens == CONTEXT
-    problems = [Problem("a", "What is 2 + 2?", "4", {}), Problem("b", "What is 3 + 5?", "8", {})]
+    problems = [Problem("What is 2 + 2?", "4", id="a"), Problem("What is 3 + 5?", "8", id="b")]
     with caplog.at_level(logging.WARNING, logger="ets.loop.controller"):
         records = search(problems, policy, score, cfg, concurrency=2)
     for r in records:
@@ -109,7 +109,7 @@ def test_a_path_never_passes_the_context_and_ends_there(short_model, backend, ca
 def test_both_backends_cap_alike(short_model):
     model, tok = short_model
     cfg = SearchConfig(method="beam", width=4, max_step_tokens=8, max_tokens=200, max_depth=20, temperature=0)
-    problems = [Problem("a", "What is 2 + 2?", "4", {})]
+    problems = [Problem("What is 2 + 2?", "4", id="a")]
     got = {name: search(problems, p, score, cfg) for name, p in policies(model, tok, cfg).items()}
     assert got["engine"][0]["trajectories"] == got["hf"][0]["trajectories"]
 
@@ -133,7 +133,7 @@ def test_a_long_prompt_is_refused_naming_the_problem_before_any_search(short_mod
     model, tok = short_model
     cfg = SearchConfig(method="rebase", width=2, max_step_tokens=8)
     policy = policies(model, tok, cfg)[backend]
-    problems = [Problem("short", "What is 1 + 1?", "2", {}), Problem("long-one", LONG, "3", {})]
+    problems = [Problem("What is 1 + 1?", "2", id="short"), Problem(LONG, "3", id="long-one")]
     n = len(tok(LONG + "\n")["input_ids"])
     with pytest.raises(DataError, match=rf"^problem 'long-one': its prompt is {n} tokens and the model's context "
                                         r"is 48 .*policy.prompt_overflow=truncate"):
@@ -148,7 +148,7 @@ def test_a_long_prompt_is_truncated_when_configured(short_model, backend, caplog
     policy = policies(model, tok, cfg, prompt_overflow="truncate")[backend]
     n = len(tok(LONG + "\n")["input_ids"])
     with caplog.at_level(logging.WARNING, logger="ets.loop.controller"):
-        record = search([Problem("long-one", LONG, "3", {})], policy, score, cfg)[0]
+        record = search([Problem(LONG, "3", id="long-one")], policy, score, cfg)[0]
     assert record["prompt_truncated_from"] == n and record["prompt_tokens"] == CONTEXT - 8
     assert all(record["prompt_tokens"] + t["tokens"] <= CONTEXT for t in record["trajectories"])
     lines = [r.getMessage() for r in caplog.records if "does not fit the model's context" in r.getMessage()]

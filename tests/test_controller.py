@@ -11,7 +11,7 @@ from ets.data import Problem
 from ets.policy.hf import HFPolicy
 from ets.tree import kv_size
 
-PROBLEMS = [Problem(str(i), f"What is {i} + {i}?", str(2 * i), {}) for i in range(3)]
+PROBLEMS = [Problem(f"What is {i} + {i}?", str(2 * i), id=str(i)) for i in range(3)]
 
 
 def text_score(questions, trajectories):
@@ -121,7 +121,7 @@ def test_terminal_steps_complete_early(policy):
             return {}
 
     cfg = SearchConfig(method="rebase", width=3, max_depth=10)
-    record = search([Problem("p", "What is 2 + 2?", "4", {})], Scripted(), text_score, cfg)[0]
+    record = search([Problem("What is 2 + 2?", "4", id="p")], Scripted(), text_score, cfg)[0]
     assert record["depth"] == 2 and len(record["trajectories"]) == 3
     assert record["answer"] == "4" and record["correct"] is True
     assert all(t["finish"] == "answer" for t in record["trajectories"])
@@ -216,10 +216,10 @@ def test_node_seeds_are_stable_and_per_problem():
     every run and process (no Python hash randomisation), and apart for other problems."""
     from ets.loop.controller import node_seed
 
-    p, q = Problem("7", "What is 1 + 1?", "2", {}), Problem("8", "What is 1 + 1?", "2", {})
+    p, q = Problem("What is 1 + 1?", "2", id="7"), Problem("What is 1 + 1?", "2", id="8")
     seeds = {node_seed(s, x, n) for s in (0, 1) for x in (p, q) for n in (0, 1, 2)}
     assert len(seeds) == 12 and all(0 <= s < 2**62 for s in seeds)
-    assert node_seed(0, p, 0) == node_seed(0, Problem("7", "What is 1 + 1?", None, {"other": 1}), 0)
+    assert node_seed(0, p, 0) == node_seed(0, Problem("What is 1 + 1?", id="7", raw={"other": 1}), 0)
     assert node_seed(0, p, 0) == 4221479869723323015  # pinned: a change re-draws every search
 
 
@@ -315,7 +315,7 @@ class TextPolicy:
         return {}
 
 
-FOUR = Problem("p", "What is 2 + 2?", "4", {})
+FOUR = Problem("What is 2 + 2?", "4", id="p")
 STEP_SCORES = {"A\n": 0.9, "B\n": 0.1, "good\n": 1.0, "bad\n": 0.0}
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ets.config import DataConfig
-from ets.data import DataError, Problem, as_problem, load_problems, question_id
+from ets.data import DataError, Problem, as_problem, as_problems, load_problems, question_id
 
 GSM = {"question": "Janet has 3 eggs and buys 2. How many?", "answer": "3 + 2 = 5\n#### 5"}
 MATH = {"problem": "What is $1/2$?", "solution": "It is $\\boxed{\\frac12}$.", "answer": "\\frac12",
@@ -235,10 +235,34 @@ def test_hub_without_datasets_names_the_extra(monkeypatch):
 
 
 def test_as_problem_for_python_callers():
-    p = Problem("a", "q", "1", {})
+    p = Problem("q", "1", id="a")
     assert as_problem(p, 0) is p
-    assert as_problem("What is 2+2?", 3) == Problem("3", "What is 2+2?", None, {"question": "What is 2+2?"})
-    assert as_problem({"question": "q", "answer": 4, "id": 9}, 0)[:3] == ("9", "q", "4")
-    assert as_problem(MATH, 0)[:3] == ("test/algebra/1.json", MATH["problem"], "\\frac12")
+    # without an id, the hash of the question, as a data file's record without one gets
+    assert as_problem("What is 2+2?", 3) == Problem("What is 2+2?", id=question_id("What is 2+2?"))
+    assert as_problem({"question": "q", "answer": 4, "id": 9}, 0)[:3] == ("q", "4", "9")
+    assert as_problem({"question": "q"}, 0)[1:3] == (None, question_id("q"))
+    assert as_problem(MATH, 0)[:3] == (MATH["problem"], "\\frac12", "test/algebra/1.json")
     with pytest.raises(DataError, match="problem 2: expected a Problem"):
         as_problem({"prompt": "q"}, 2)
+
+
+def test_a_problem_needs_only_its_question():
+    """`Problem(question, answer=None, id=None)`: the id a hash of the question (the same
+    wherever it stands in a list, and the one `ets run` gives it), a number as its text."""
+    p = Problem("What is 2 + 3?")
+    assert (p.question, p.answer, p.id, p.raw) == ("What is 2 + 3?", None, question_id("What is 2 + 3?"), {})
+    assert Problem("What is 2 + 3?", 5).answer == "5" and Problem("q", "7", "mine").id == "mine"
+    assert Problem(*Problem("q", "7", "mine")) == Problem("q", "7", "mine")  # as pickle rebuilds it
+    with pytest.raises(DataError, match="non-empty string"):
+        Problem("  ")
+    with pytest.raises(DataError, match="answer=None"):
+        Problem("q", "")
+    with pytest.raises(DataError, match="JSON list"):
+        Problem("q", [1, 2])
+
+
+def test_the_same_question_twice_is_refused_naming_both():
+    """Same question, same id, same draws: the second search would repeat the first."""
+    with pytest.raises(DataError, match=r"problem 0 and problem 2 have the same problem id .*Problem\(question, id=\.\.\.\)"):
+        as_problems(["What is 1 + 1?", "What is 2 + 2?", {"question": "What is 1 + 1?"}])
+    assert [p.id for p in as_problems(["q", Problem("q", id="again")])] == [question_id("q"), "again"]

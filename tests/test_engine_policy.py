@@ -60,7 +60,7 @@ def _score(questions, trajectories):
 @pytest.mark.parametrize("method", ["beam", "rebase"])
 def test_controller_search_on_engine_equals_baseline(model_tok, method):
     model, tok = model_tok
-    problems = [Problem(str(i), f"What is {i} + {i}?", str(2 * i), {}) for i in range(3)]
+    problems = [Problem(f"What is {i} + {i}?", str(2 * i), id=str(i)) for i in range(3)]
     cfg = SearchConfig(method=method, width=4, max_step_tokens=5, max_depth=3, max_tokens=100, temperature=0)
     policy_cfg = PolicyConfig(model="tiny:qwen2", step_delimiter="a")
     engine = Engine(model, tok, kv_budget_tokens=4096)
@@ -78,7 +78,7 @@ def test_search_larger_than_the_pool_finishes_with_the_same_result(model_tok):
     """A KV pool smaller than one search's live tree: the engine evicts, preempts and
     spills locks, the search slows down, and its result is unchanged (greedy)."""
     model, tok = model_tok
-    problems = [Problem("0", "What is 1 + 1?", "2", {})]
+    problems = [Problem("What is 1 + 1?", "2", id="0")]
     cfg = SearchConfig(method="rebase", width=4, max_step_tokens=5, max_depth=3, max_tokens=100, temperature=0)
     policy_cfg = PolicyConfig(model="tiny:qwen2", step_delimiter="a")
     tiny_pool = Engine(model, tok, kv_budget_tokens=40)
@@ -91,7 +91,7 @@ def test_search_larger_than_the_pool_finishes_with_the_same_result(model_tok):
     tiny_pool.check()
 
 
-# ---- the search config's sampling settings go with every request (ets.search(config=...)) ----
+# ---- the search config's sampling settings go with every request (ets.search_with(..., config)) ----
 
 def _both(model, tok, built: SearchConfig):
     """Both backends, built with `built` (the settings a call may override)."""
@@ -100,7 +100,7 @@ def _both(model, tok, built: SearchConfig):
             "hf": HFPolicy(model, tok, policy_cfg, built)}
 
 
-def test_ets_search_samples_with_the_config_it_is_given(model_tok):
+def test_search_with_samples_with_the_config_it_is_given(model_tok):
     import ets
 
     model, tok = model_tok
@@ -109,13 +109,13 @@ def test_ets_search_samples_with_the_config_it_is_given(model_tok):
     greedy = SearchConfig(method="rebase", width=4, temperature=0, max_step_tokens=5, max_depth=3, max_tokens=100)
     got = {}
     for name, policy in _both(model, tok, built).items():
-        got[name] = ets.search(problems, policy=policy, reward=_score, config=greedy)
+        got[name] = ets.search_with(problems, policy, _score, greedy)
         for r in got[name]:
             # T=0: every child of a node is the same, so all W trajectories are one.
             assert len(r["trajectories"]) == 4 and len({tuple(t["steps"]) for t in r["trajectories"]}) == 1
             # max_step_tokens=5 of the call, not the build-time 8: at most 3 steps of 5 tokens.
             assert all(t["tokens"] <= 15 for t in r["trajectories"])
-        sampled = ets.search(problems, policy=policy, reward=_score, config=SearchConfig(
+        sampled = ets.search_with(problems, policy, _score, SearchConfig(
             method="rebase", width=4, temperature=1.0, max_step_tokens=5, max_depth=3, max_tokens=100))
         assert any(len({tuple(t["steps"]) for t in r["trajectories"]}) > 1 for r in sampled)
     assert [r["trajectories"] for r in got["engine"]] == [r["trajectories"] for r in got["hf"]]
@@ -139,13 +139,13 @@ def test_a_requests_sampling_settings_are_honoured(model_tok, backend):
     policy.release([s.handle for s in [*short, *greedy, *top1]])
 
 
-def test_without_a_config_ets_search_uses_the_policys_own(model_tok):
+def test_without_a_config_search_with_uses_the_policys_own(model_tok):
     import ets
 
     model, tok = model_tok
     built = SearchConfig(method="beam", width=4, temperature=0, max_step_tokens=4, max_depth=2, max_tokens=100)
     policy = _both(model, tok, built)["engine"]
-    record = ets.search(["What is 2 + 3?"], policy=policy, reward=_score)[0]
+    record = ets.search_with(["What is 2 + 3?"], policy, _score)[0]
     assert record["method"] == "beam" and record["width"] == 4
     assert len({tuple(t["steps"]) for t in record["trajectories"]}) == 1
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first. A package may import only packages of strictly lower layers (and itself).
 LAYERS: list[tuple[str, ...]] = [
     ("ets.config", "ets.tree", "ets.demo", "ets.models", "ets.paths", "ets.namespace"),  # foundations: nothing of the project
-    ("ets.answers", "ets.engine"),                            # answer math; the KV-cache engine
+    ("ets.answers", "ets.engine", "ets.plugins"),             # answer math; the KV-cache engine; plug-in loading
     ("ets.data", "ets.lp"),                                   # problems; the ETS integer program
     ("ets.strategies", "ets.rewards", "ets.policy"),          # strategies, PRMs, policy backends
     ("ets.loop",),                                            # the search loop

@@ -156,7 +156,7 @@ def test_ets_search_is_the_function_and_the_strategies_are_ets_strategies(tmp_pa
 
         config = ets.SearchConfig(method="beam", width=2, max_step_tokens=4, max_tokens=8)
         policy = HFPolicy.from_config(PolicyConfig(model="tiny:llama", step_delimiter="\\n"), config)
-        runs = ets.search(["What is 2 + 3?"], policy=policy, reward=half, config=config)
+        runs = ets.search_with(["What is 2 + 3?"], policy, half, config)
         print(json.dumps({
             "function": inspect.isfunction(ets.search) and function is ets.search,
             "lazy": lazy,

@@ -31,7 +31,6 @@ def example():
 
 
 def test_the_documented_example_runs_end_to_end(tmp_path, monkeypatch, capsys):
-    pytest.importorskip("ets.rewards", reason="the README's reward example imports ets.rewards")
     files, argv = example()
     assert set(files) == {"my_reward.py", "my_run.yaml", "problems.jsonl"}
     assert len(files["my_reward.py"].strip().splitlines()) <= 25        # "about twenty lines"
@@ -57,7 +56,6 @@ def test_the_documented_example_runs_end_to_end(tmp_path, monkeypatch, capsys):
 
 
 def test_a_typo_in_the_examples_options_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
-    pytest.importorskip("ets.rewards", reason="the README's reward example imports ets.rewards")
     files, argv = example()
     for name, body in files.items():
         (tmp_path / name).write_text(body)

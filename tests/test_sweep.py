@@ -147,7 +147,7 @@ def test_a_run_leaves_its_models_collectable_for_the_next_run_in_the_process(tmp
         return build
 
     monkeypatch.setattr(run_module, "build_policy", tracked(run_module.build_policy))
-    monkeypatch.setattr(run_module, "build_reward_for", tracked(run_module.build_reward_for))
+    monkeypatch.setattr(run_module, "build_reward", tracked(run_module.build_reward))
     config = load_config(TINY, ["data.limit=2", "method=rebase", "width=2", f"output={tmp_path / 'r.jsonl'}"])
     frozen_before = gc.get_freeze_count()
     run_module.run(config, show_progress=False)

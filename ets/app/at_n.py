@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ets.answers.accuracy import nothing_to_grade
 from ets.answers.aggregate import choose_answer
 from ets.answers.grading import is_equivalent
 
@@ -43,9 +44,14 @@ def n_values(width: int) -> list[int]:
 def accuracy_at_n(records: Sequence[dict[str, Any]], aggregation: str = "last", draws: int = 5, *,
                   float_rounding: int | None = None) -> dict[str, Any]:
     """The figures of the module's doc for `records` (each with `ground_truth` and
-    `trajectories` holding `answer` and `step_scores`)."""
+    `trajectories` holding `answer` and `step_scores`), over the problems with a ground
+    truth (those without one are counted as `ungraded`, when there are any)."""
     if draws < 1:
         raise ValueError(f"draws: {draws} must be >= 1")
+    ungraded = sum(r["ground_truth"] is None for r in records)
+    records = [r for r in records if r["ground_truth"] is not None]
+    if ungraded and not records:
+        raise ValueError(nothing_to_grade(ungraded))
     width = max((len(r["trajectories"]) for r in records), default=0)
     if width == 0:
         raise ValueError("no problem has a trajectory: there is nothing to draw from")
@@ -66,6 +72,7 @@ def accuracy_at_n(records: Sequence[dict[str, Any]], aggregation: str = "last", 
     problems = len(records)
     return {
         "problems": problems,
+        **({"ungraded": ungraded} if ungraded else {}),
         "width": width,
         "aggregation": aggregation,
         "draws": draws,
@@ -96,7 +103,8 @@ def _summary(accuracy: np.ndarray) -> dict[str, list[float]]:
 def at_n_table(figures: dict[str, Any]) -> list[str]:
     """Markdown, under 80 columns: a row per n, a column per selection, `mean ± sd` in %."""
     lines = [
-        f"Accuracy (%) at n of each problem's trajectories, {figures['problems']} problems (W = {figures['width']}),",
+        f"Accuracy (%) at n of each problem's trajectories, {figures['problems']} problems (W = {figures['width']}),"
+        + (f" {figures['ungraded']} without a ground truth not counted," if figures.get("ungraded") else ""),
         f"agg={figures['aggregation']}: mean ± sample sd over {figures['draws']} "
         f"draw{'s' if figures['draws'] != 1 else ''} of n.",
         "",

@@ -202,8 +202,9 @@ def _eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
+        ungraded = f"; {result['ungraded']} without a ground truth not counted" if result.get("ungraded") else ""
         print(f"accuracy {result['accuracy']:.4f} ({result['correct']}/{result['problems']}) agg={args.agg} "
-              f"vote={args.vote}{files}")
+              f"vote={args.vote}{files}{ungraded}")
     return 0
 
 
@@ -508,9 +509,11 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from ets.app.evaluate import EvalError
     from ets.app.jsonl import ResultsFileError
     from ets.models.load import ModelLoadError
+    from ets.plugins import PluginError
     from ets.rewards.base import RewardError
 
-    return (ConfigError, DataError, EvalError, ResultsFileError, ModelLoadError, RewardError, FileNotFoundError)
+    return (ConfigError, DataError, EvalError, ResultsFileError, ModelLoadError, RewardError, PluginError,
+            FileNotFoundError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ from collections import Counter
 from statistics import mean
 from typing import Any, Mapping, Sequence
 
+from ets.answers.accuracy import nothing_to_grade
 from ets.answers.aggregate import aggregate, group_answers
 from ets.answers.grading import is_equivalent
 from ets.config import ANSWER_RULES
@@ -42,7 +43,14 @@ NO_ANSWER, UNKNOWN = "none", "unknown"
 def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_STEPS) -> dict[str, Any]:
     """The figures of one run (records as `ets run` writes them), each over its problems.
     Answers are grouped by equivalence, as the vote groups them; a group's weight is the
-    sum of its trajectories' scores under the run's own aggregation (the weighted vote's)."""
+    sum of its trajectories' scores under the run's own aggregation (the weighted vote's).
+    Problems without a ground truth are left out (counted as `ungraded` when there are any)."""
+    ungraded = sum(r["ground_truth"] is None for r in records)
+    records = [r for r in records if r["ground_truth"] is not None]
+    if not records:
+        from ets.app.evaluate import EvalError
+
+        raise EvalError(nothing_to_grade(ungraded, "diagnose"))
     solved = vote_right = right_leads = 0
     shares: dict[str, list[float]] = {k: [] for k in ("right", "top_wrong", "right_weight", "top_wrong_weight")}
     answers, prefixes, cut, steps = [], [], [], []
@@ -80,6 +88,7 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
     score_auc, problems_right_and_wrong = mean_auc_within(separation)
     return {
         "problems": problems,
+        **({"ungraded": ungraded} if ungraded else {}),
         "accuracy": sum(bool(r["correct"]) for r in records) / problems,
         "solved": solved,
         "vote_right_when_solved": vote_right / solved if solved else 0.0,
@@ -106,7 +115,8 @@ def diagnose_table(runs: Sequence[tuple[str, Mapping[str, float]]]) -> list[str]
     return [
         "| | " + " | ".join(name for name, _ in runs) + " |",
         "|---" * (len(runs) + 1) + "|",
-        row("problems", lambda d: f"{d['problems']}" + (f" ({d['seeds']} seeds: searches)" if d.get("seeds", 1) > 1 else "")),
+        row("problems", lambda d: f"{d['problems']}" + (f" ({d['seeds']} seeds: searches)" if d.get("seeds", 1) > 1 else "")
+            + (f" (+{d['ungraded']} without a ground truth, left out)" if d.get("ungraded") else "")),
         row("accuracy (the run's vote)", lambda d: f"{d['accuracy']:.1%}"),
         row("problems with a right trajectory", lambda d: f"{d['solved']} ({d['solved'] / d['problems']:.1%})"),
         row("... of those, the vote picks the right answer", lambda d: f"{d['vote_right_when_solved']:.1%}"),

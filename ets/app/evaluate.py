@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ets.answers.aggregate import choose_answer
-from ets.answers.grading import is_equivalent
+from ets.answers.accuracy import accuracy, grade, nothing_to_grade
 from ets.app.jsonl import numbered_records
 from ets.app.records import EVAL, Needs, records_problem
 from ets.paths import special_kind
@@ -47,19 +47,22 @@ def load_results(path: str | Path, needs: Needs = EVAL) -> list[dict[str, Any]]:
 
 def evaluate(records: list[dict[str, Any]], aggregation: str, vote: str, *,
              float_rounding: int | None = None) -> dict[str, Any]:
-    """Accuracy under `aggregation` and `vote`. Decimals grade exactly unless `float_rounding`
-    (decimal places) allows a tolerance (ets/answers/grading.py)."""
+    """Accuracy under `aggregation` and `vote`, over the problems with a ground truth
+    (`problems`; those without one are counted as `ungraded`, when there are any).
+    Decimals grade exactly unless `float_rounding` (decimal places) allows a tolerance
+    (ets/answers/grading.py)."""
     if float_rounding is not None and float_rounding < 0:
         raise EvalError(f"--float-rounding {float_rounding}: give a number of decimal places >= 0")
-    correct = 0
+    outcomes = []
     for r in records:
         trajs = r["trajectories"]
         chosen = choose_answer([t["answer"] for t in trajs], [t["step_scores"] for t in trajs], aggregation, vote)
-        correct += bool(chosen is not None and r["ground_truth"] is not None
-                        and is_equivalent(chosen, r["ground_truth"], float_rounding=float_rounding))
-    n = len(records)
-    out = {"problems": n, "correct": correct, "accuracy": correct / n if n else 0.0, "aggregation": aggregation,
-           "vote": vote}
+        outcomes.append(grade(chosen, r["ground_truth"], float_rounding=float_rounding))
+    acc = accuracy(outcomes)
+    if records and not acc.graded:
+        raise EvalError(nothing_to_grade(acc.ungraded))
+    out = {"problems": acc.graded, "correct": acc.correct, "accuracy": acc.value, "aggregation": aggregation,
+           "vote": vote, **({"ungraded": acc.ungraded} if acc.ungraded else {})}
     if float_rounding is not None:
         out["float_rounding"] = float_rounding
     return out

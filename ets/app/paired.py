@@ -52,8 +52,9 @@ def p_text(p: float) -> str:
 
 
 def correct_by_problem(records: Sequence[Mapping[str, Any]]) -> dict[str, bool]:
-    """Each record's problem id -> whether its answer was right."""
-    return {str(r["id"]): bool(r["correct"]) for r in records}
+    """Each record's problem id -> whether its answer was right; a problem without a ground
+    truth (`correct: null`) is left out: it is neither."""
+    return {str(r["id"]): bool(r["correct"]) for r in records if r["correct"] is not None}
 
 
 def paired_difference(a, b, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
@@ -116,8 +117,9 @@ def compare_lines(base: tuple[str, Sequence[Sequence[Mapping[str, Any]]]],
     """`ets compare`: per other run, its accuracy and KV size against the base run's on the
     problems both searched, as one line each. A run is (name, its records per seed: one list
     of records as `ets run` writes them for each seed it ran with); over several seeds a
-    problem counts as its share right and its mean KV size. Raises ValueError naming the
-    runs when two share no problem."""
+    problem counts as its share right and its mean KV size. Problems without a ground truth
+    (`correct: null`) are left out, and the line says how many. Raises ValueError naming
+    the runs when two share no problem with a ground truth."""
     base_name, base_runs = base
     base_right, base_kv = [correct_by_problem(r) for r in base_runs], _mean_by_problem(base_runs, "kv_size")
     base_share = _shares(base_right)
@@ -126,14 +128,18 @@ def compare_lines(base: tuple[str, Sequence[Sequence[Mapping[str, Any]]]],
         right, kv = [correct_by_problem(r) for r in runs], _mean_by_problem(runs, "kv_size")
         share = _shares(right)
         shared = sorted(base_share.keys() & share.keys())
+        ungraded = len(base_kv.keys() & kv.keys()) - len(shared)  # searched by both, without a ground truth
         if not shared:
-            raise ValueError(f"{name} and {base_name} share no problem: compare runs over the same dataset")
+            what = "problem with a ground truth" if ungraded else "problem"
+            raise ValueError(f"{name} and {base_name} share no {what}: compare runs over the same dataset")
         d = paired_difference(_only(right, shared), _only(base_right, shared))
         acc, base_acc = (sum(sh[p] for p in shared) / len(shared) for sh in (share, base_share))
         kv_sum, base_kv_sum = (sum(k[p] for p in shared) for k in (kv, base_kv))
         lines.append(f"{name} vs {base_name}: accuracy {acc:.1%} vs {base_acc:.1%}, {d.text()}; "
                      f"KV size/problem {kv_sum / len(shared):,.0f} vs {base_kv_sum / len(shared):,.0f} "
-                     f"({size_change(base_kv_sum, kv_sum)})")
+                     f"({size_change(base_kv_sum, kv_sum)})"
+                     + (f"; {ungraded} shared problem{'s' if ungraded != 1 else ''} without a ground truth left out"
+                        if ungraded else ""))
     return lines
 
 

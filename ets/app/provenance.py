@@ -35,6 +35,12 @@ its files (path, size and SHA-256 of the contents of each file up to 64 MiB; abo
 the size, the modification time and 16 blocks of 64 KiB spread over the file, so
 multi-GB weights cost 1 MiB of reading; a copied folder of such weights counts as
 changed); a `tiny:` model or a hub name by its name.
+
+A plug-in (a reward or a strategy of the user's own, `module:attr`) is compared by its
+code too: `reward.plugin_source` / `search.plugin_source`, a SHA-256 of the Python files of
+its top-level package (or of its one module file; ets/plugins.py), so an edited plug-in is
+a changed config, not a resume. An output written before plug-ins were fingerprinted
+has no such key and resumes as it did.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from typing import Any, Sequence
 
 from ets.config import MARKED_ANSWER_RULES, RunConfig
 from ets.data import Problem
+from ets.plugins import source_fingerprint
 
 FORMAT = 1
 NOT_COMPARED = frozenset({
@@ -82,6 +89,9 @@ def describe(config: RunConfig) -> dict[str, Any]:
     recorded["reward.model"] = config.reward.model
     compared["reward.model"] = model_identity(config.reward.model or config.policy.model)
     compared["policy.sampler"] = _sampler(config.policy.backend)
+    for section, module in plugin_modules(config).items():
+        compared[f"{section}.plugin_source"] = source_fingerprint(module)
+        recorded[f"{section}.plugin_module"] = module
     if config.data.path and Path(config.data.path).is_file():
         recorded["data.path"] = str(Path(config.data.path).resolve())
         recorded["data.sha256"] = _file_sha256(str(Path(config.data.path).resolve()))
@@ -89,6 +99,16 @@ def describe(config: RunConfig) -> dict[str, Any]:
 
     return {"format": FORMAT, "ets_version": __version__,
             "compared": _jsonable(compared), "recorded": _jsonable(recorded)}
+
+
+def plugin_modules(config: RunConfig) -> dict[str, str]:
+    """The modules of the config's plug-ins (a reward or a strategy of the user's own, by
+    `module:attr` or by a name registered to one), by section."""
+    from ets.rewards.registry import plugin_module as reward_module
+    from ets.strategies.base import plugin_module as strategy_module
+
+    found = {"reward": reward_module(config.reward.name), "search": strategy_module(config.search.method)}
+    return {section: module for section, module in found.items() if module is not None}
 
 
 def _sampler(backend: str | None, engine_rule: str | None = None) -> str:

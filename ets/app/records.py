@@ -31,7 +31,7 @@ SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "id": (lambda v: isinstance(v, (str, int)) and not isinstance(v, bool), "a string"),
     "question": (lambda v: isinstance(v, str), "a string"),
     "ground_truth": (lambda v: v is None or isinstance(v, str), "a string or null"),
-    "correct": (lambda v: isinstance(v, bool), "true or false"),
+    "correct": (lambda v: v is None or isinstance(v, bool), "true, false or null"),
     "kv_size": (_number, "a number"),
     "generated_tokens": (_number, "a number"),
     "trajectories": (lambda v: isinstance(v, list), "a list"),

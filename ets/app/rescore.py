@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ets.answers.aggregate import choose_answer
+from ets.api import apply_torch_threads, build_reward
 from ets.answers.extract import NOT_FOUND, extract
-from ets.answers.grading import is_equivalent
+from ets.answers.accuracy import grade
 from ets.app.evaluate import load_results
 from ets.app.output import OutputError, config_path, open_output, read_json
 from ets.app.provenance import describe, differences
@@ -52,21 +53,15 @@ def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True
     to `config.output`; returns the summary written beside them."""
     source = Path(source)
     records = _source_records(source, config)
-    problems = [Problem(r["id"], r["question"], r["ground_truth"], {}) for r in records]
-    if config.torch_threads is not None:
-        import torch
-
-        torch.set_num_threads(config.torch_threads)
+    problems = [Problem(r["question"], r["ground_truth"], id=r["id"]) for r in records]
+    apply_torch_threads(config)
     new_records: list[dict[str, Any]] = []
     seconds = None
     with open_output(config, problems, overwrite=overwrite,
                      recorded={"rescored_from": str(source.resolve())}) as writer:
         todo = [r for r in records if r["id"] not in writer.done_ids]
         if todo:
-            if reward is None:
-                from ets.rewards import build_reward
-
-                reward = build_reward(config.reward, config.policy)
+            reward = reward or build_reward(config)  # no policy: the PRM on its own model
             start = time.perf_counter()  # the scoring alone, the PRM loaded
             bar = _progress(len(records), len(records) - len(todo), show_progress)
             for i in range(0, len(todo), PROBLEMS_PER_CALL):
@@ -105,9 +100,9 @@ def rescored(records: Sequence[dict[str, Any]], reward, config: RunConfig) -> li
         answers = [t["answer"] for t in trajectories]
         chosen = choose_answer(answers, per_problem, search.aggregation, search.vote)
         truth = record["ground_truth"]
-        correct = chosen is not None and truth is not None and is_equivalent(chosen, truth)
+        correct = grade(chosen, truth)
         out.append({**record, "aggregation": search.aggregation, "vote": search.vote, "answer": chosen,
-                    "correct": bool(correct), "trajectories": trajectories})
+                    "correct": correct, "trajectories": trajectories})
     return out
 
 

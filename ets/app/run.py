@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ets.answers.accuracy import accuracy
+from ets.api import apply_torch_threads, build_reward
 from ets.config import RunConfig, model_preset_notes
 from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
@@ -25,15 +27,6 @@ from ets.policy.build import build_policy
 from ets.strategies import build as build_strategy
 
 log = logging.getLogger(__name__)
-
-
-def build_reward_for(config: RunConfig, policy: Policy):
-    from ets.rewards import build_reward
-
-    # The policy's engine is offered for PRMs that share its weights (step_tag with
-    # share_policy_engine); by default a PRM keeps its own KV pool (its own key,
-    # reward.options.kv_budget_tokens), so the policy's KV figures count the policy alone.
-    return build_reward(config.reward, config.policy, engine=getattr(policy, "engine", None))
 
 
 def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None = None, reward=None,
@@ -52,10 +45,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     strategy = build_strategy(config.search)  # an unknown method fails before anything is read or loaded
     for note in inert_keys_notes(config):
         log.warning(note)
-    if config.torch_threads is not None:
-        import torch
-
-        torch.set_num_threads(config.torch_threads)
+    apply_torch_threads(config)
     problems = load_problems(config.data)
     with open_output(config, problems, overwrite=overwrite) as writer:
         todo = [p for p in problems if p.id not in writer.done_ids]
@@ -65,7 +55,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
         if todo:
             # Models load before the clock starts: throughput measures the search alone.
             policy = policy or build_policy(config.policy, config.search)
-            reward = reward or build_reward_for(config, policy)
+            reward = reward or build_reward(config, policy)
             strategy.warm_up()
             from ets.engine.heap import frozen_loaded  # here: the ets.engine package loads torch
 
@@ -242,6 +232,7 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
     `ets.policy.base.KVMemory`), and the reward model's counters (`reward_stats`; for a PRM
     on its own engine, that second cache's pool and peak)."""
     n = len(records)
+    graded = accuracy(r["correct"] for r in records)
     new_tokens = sum(r["generated_tokens"] for r in new_records)
     measured = elapsed > 0 and bool(new_records)
     # The ETS code's KV metric (prompt as 2 tokens); unknown for records written before it was kept.
@@ -249,7 +240,8 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
     ref_sum = sum(ref) if n and None not in ref else None
     out = {
         "problems": n,
-        "accuracy": sum(r["correct"] for r in records) / n if n else 0.0,
+        "accuracy": graded.value,  # over the problems with a ground truth (ets/answers/accuracy.py)
+        **({"ungraded": graded.ungraded} if graded.ungraded else {}),
         # per problem, for paired comparisons of methods on the same problems (ets/app/paired.py)
         "correct_by_problem": correct_by_problem(records),
         "kv_size_sum": sum(r["kv_size"] for r in records),

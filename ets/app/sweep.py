@@ -134,7 +134,8 @@ def run_sweep(
     whole sweep. With `jobs` > 1, that many runs at once, one process each (`run_in_jobs`).
     `title` starts the plots' titles (default "ets sweep")."""
     from ets.app.report import markdown_table, plot_methods, plot_sweep, plot_title, write_csv
-    from ets.app.run import build_reward_for, run
+    from ets.api import build_reward
+    from ets.app.run import run
     from ets.policy.build import build_policy
 
     out = Path(out)
@@ -163,7 +164,7 @@ def run_sweep(
                 policy = reward = None
                 gc.collect()
                 policy = build_policy(config.policy, config.search)
-                reward = build_reward_for(config, policy)
+                reward = build_reward(config, policy)
             summary = run(config, show_progress=show_progress, policy=policy, reward=reward)
             runs.append(pair_row(config, summary))
     policy = reward = None

@@ -43,7 +43,7 @@ class Worker:
     def setup(self, config: RunConfig) -> dict[str, Any]:
         import torch
 
-        from ets.app.run import build_reward_for
+        from ets.api import build_reward
         from ets.engine.heap import freeze_loaded
         from ets.models.load import hide_loading_bars
         from ets.policy.build import build_policy
@@ -56,7 +56,7 @@ class Worker:
         self.config = config = _local_device(config)
         self.strategy = build_strategy(config.search)
         self.policy = build_policy(config.policy, config.search)
-        self.reward = build_reward_for(config, self.policy)
+        self.reward = build_reward(config, self.policy)
         self.strategy.warm_up()
         freeze_loaded()  # the models and modules, out of the cycle collector's way
         return self.where()

@@ -93,7 +93,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 
 # The mappings inside a section that `SECTION.NAME.key=value` sets a key of.
-NESTED = {("reward", "options"), ("policy", "vllm"), ("policy", "chat_template_kwargs")}
+NESTED = {("reward", "options"), ("search", "options"), ("policy", "vllm"), ("policy", "chat_template_kwargs")}
 
 
 def merge_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -113,9 +113,15 @@ class SearchConfig:
     lookahead: int = 0                # beam, dvts: each candidate is scored after this many more greedy steps
     filter_duplicates: bool = False   # beam: a candidate whose trajectory text an earlier one has is not kept
     sort_completed: bool = False      # beam: past W completed, the W best (by aggregation) vote, not all
+    # The strategy's own options: a `module:Class` strategy's constructor keyword arguments
+    # (search/base.py checks them against its signature); the built-in strategies take none.
+    options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.options is None:  # `options:` with nothing under it
+            self.options = {}
         check_fields(self)
+        self.options = dict(self.options)
         # Which names exist is the strategy registry's to say (search.available(), checked by
         # search.build): a strategy registered by a user needs no edit here.
         self.method = METHOD_ALIASES.get(self.method, self.method)

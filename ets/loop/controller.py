@@ -67,7 +67,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from ets.answers.aggregate import choose_answer
 from ets.answers.extract import NOT_FOUND, extract
-from ets.answers.grading import is_equivalent
+from ets.answers.accuracy import grade
 from ets.config import ConfigError, SearchConfig
 from ets.data import DataError, Problem
 from ets.loop import rules
@@ -86,8 +86,8 @@ def node_seed(seed: int, problem: Problem, node_id: int) -> int:
     """The seed of the children of node `node_id` of `problem`'s search under the config's
     `seed`: a 62-bit BLAKE2b hash of (seed, problem id, question, node id). Node ids are
     given in the order a tree grows, which depends on this problem alone; the question is
-    hashed too, so a bare question given to `ets.search` (whose id is its position in the
-    list) draws the same samples wherever it stands."""
+    hashed too, so two problems that share an id (a caller's own) but not a question
+    draw their own samples."""
     key = f"{seed}\x00{problem.id}\x00{problem.question}\x00{node_id}".encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 2
 
@@ -425,7 +425,7 @@ class SearchLoop:
                  for n in completed]
         answers = [f.answer for f in found]
         chosen = choose_answer(answers, [n.step_scores() for n in completed], config.aggregation, config.vote)
-        correct = chosen is not None and a.problem.answer is not None and is_equivalent(chosen, a.problem.answer)
+        correct = grade(chosen, a.problem.answer)  # None: the problem has no ground truth
         return result_record(
             problem=a.problem,
             tree=a.tree,

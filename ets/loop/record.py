@@ -4,6 +4,7 @@ Fields (documented for users in docs/outputs.md, "The record"):
   id, question, ground_truth        the problem
   method, width, aggregation, vote  how it was searched and how the answer was chosen
   answer, correct                   the chosen answer and whether it is equivalent to the truth
+                                    (null when the problem has no ground truth)
   trajectories                      every completed trajectory that answers (beam with
                                     sort_completed: the W best): steps, step_scores, answer,
                                     answer_rule: the rule that read the answer (boxed,
@@ -61,7 +62,7 @@ def result_record(
     answers: list[str | None],
     answer_rules: list[str | None],
     chosen: str | None,
-    correct: bool,
+    correct: bool | None,
     kv_size_steps: list[int],
     wall_time: float,
     config: SearchConfig,
@@ -79,7 +80,7 @@ def result_record(
         "aggregation": config.aggregation,
         "vote": config.vote,
         "answer": chosen,
-        "correct": bool(correct),
+        "correct": correct if correct is None else bool(correct),
         "trajectories": [
             {
                 "steps": node.step_texts(),

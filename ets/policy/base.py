@@ -21,7 +21,7 @@ Contract:
   the config that built the backend.
 - sampling: a request's `sampling` (a `SamplingSettings`: temperature, top-p, top-k,
   max_step_tokens) is what the caller wants for it; the search loop sets it from the
-  `SearchConfig` it runs, so `ets.search(config=...)` decides, not the config the policy
+  `SearchConfig` it runs, so `ets.search_with(..., config)` decides, not the config the policy
   was built with (that one is the default for a request without `sampling`). A policy
   that cannot honour a setting raises `ValueError` naming it; it never ignores one.
 - seeds: sample j of a request with a `seed` depends only on (seed, j) and the model:
