@@ -50,7 +50,7 @@ from ets.demo.solutions import next_moves, step_text  # noqa: E402
 from ets.demo.spoil import spoil  # noqa: E402
 from lp.clustering import DEFAULT_EMBEDDER, STATIC_PREFIX, load_embedder  # noqa: E402
 
-CUTS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4)
+CUTS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.4)
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "ets" / "demo" / "demo.yaml"
 _LOADED: dict[str, tuple] = {}   # config path -> (config, policy)
 

@@ -266,9 +266,10 @@ class SearchLoop:
         reward that does: else one line naming the other choices."""
         others = "or a sentence embedder (e.g. static:all-MiniLM-L6-v2)"
         if self.embeddings == "policy" and not getattr(self.policy, "embeds_steps", False):
-            backend = getattr(getattr(self.policy, "config", None), "backend", None) or type(self.policy).__name__
-            raise ConfigError(f"search.embedder: policy reads the policy's hidden states, which policy.backend "
-                              f"{backend} does not hand out; use embedder: prm (the PRM's) {others}")
+            backend = getattr(getattr(self.policy, "config", None), "backend", None)
+            what = f"policy.backend {backend}" if backend else f"the policy {type(self.policy).__name__}"
+            raise ConfigError(f"search.embedder: policy reads the policy's hidden states, which {what} does not "
+                              f"hand out; use embedder: prm (the PRM's) {others}")
         if self.embeddings == "prm" and not (self.score_and_embed is not None and self.reward_embeds):
             why = f" ({self.reward_embeds_note})" if self.reward_embeds_note else ""
             raise ConfigError(f"search.embedder: prm reads the PRM's hidden states, which reward {self.reward_name!r} "
