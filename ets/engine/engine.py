@@ -17,9 +17,9 @@ import torch
 
 from ets.engine.allocator import SlotAllocator
 from ets.engine.attention import check_supported
+from ets.engine.hidden import unit_rows
 from ets.engine.pool import KVPool, kv_storage_dtype
 from ets.engine.prefix import shared_prefixes
-from ets.engine.hidden import unit_rows
 from ets.engine.radix import RadixNode, RadixTree
 from ets.engine.runner import ModelRunner, Outputs, Pooling
 from ets.engine.sampling import SamplingParams, StopChecker, sample_rows
