@@ -7,7 +7,9 @@ round's step texts: `embed_seconds` and `embedded_steps` in the records' strateg
 metrics); `policy` and `prm` are pooled from hidden states in the policy's decode
 forwards or the PRM's scoring forwards (their `stats()`: the host time the pooling took,
 the vectors handed out), with no forward of their own. The figures count this run's new
-problems, so the embedders compare per step.
+problems, so the embedders compare per step. What a step is differs a little: a sentence
+embedder is asked for the candidates of the frontiers that select among several (texts
+it embedded before come from its cache), the hidden states come with every new step.
 """
 
 from __future__ import annotations
