@@ -185,7 +185,8 @@ class ModelRunner:
 
     def _pool(self, states: torch.Tensor, pool: Pooling, order: list[int], packed: list[int]) -> None:
         """Add the rows of `states` ([T, hidden], the forward's packed tokens) that `pool`
-        names to its sums."""
+        names to its sums. (A decode step adds one row a sequence; where a chunk adds
+        several to one sum, a GPU adds them in any order, which moves the sum's last bits.)"""
         start = [0] * len(order)  # each chunk's first row, by its index in the call
         for k, i in enumerate(order):
             start[i] = packed[k]
