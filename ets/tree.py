@@ -32,6 +32,9 @@ class Node:
     children: list[Node] = field(default_factory=list)
     # Free-form per-strategy annotations (e.g. DVTS subtree label); exported with the tree.
     tags: dict[str, Any] = field(default_factory=dict)
+    # The step's embedding from a model's hidden states (ETS's `search.embedder: policy` or
+    # `prm`: a unit float32 vector, set by the search loop); not exported.
+    embedding: Any = field(default=None, repr=False)
 
     @property
     def num_tokens(self) -> int:

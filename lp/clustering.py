@@ -16,6 +16,13 @@ embedding is then the mean of its tokens' rows, with no transformer forward). It
 round of step texts about 60x faster than MiniLM on a CPU; scripts/calibrate_cluster_cut.py
 compares its distances with the model's. The distillation runs once (about 20 s on a CPU)
 and is cached under $ETS_CACHE_DIR (default ~/.cache/ets)/static-embedders/.
+
+`policy` and `prm` are no sentence model: a step's embedding is then the mean of the
+policy's (or the PRM's) final hidden states over the step's tokens, L2-normalised, pooled
+from the forward that model runs anyway (ets/engine/hidden.py). The search loop puts it
+on each new step (`Node.embedding`) and ETS clusters those vectors with the same linkage
+and cut. Their distances are not a sentence model's: the cut is set per embedder
+(`search.cluster_threshold`, calibrated by scripts/calibrate_cluster_cut.py).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
@@ -33,7 +41,7 @@ from typing import Sequence
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 
-from ets.config import ConfigError
+from ets.config import HIDDEN_EMBEDDERS, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +73,9 @@ def load_embedder(name: str = DEFAULT_EMBEDDER, device: str | None = None):
     of a sweep or demo shares one loaded model."""
     from sentence_transformers import SentenceTransformer
 
+    if name in HIDDEN_EMBEDDERS:
+        raise ConfigError(f"search.embedder {name!r} is the {name}'s own hidden states, which the search loop hands "
+                          f"to ETS: there is no sentence model to load")
     if name.startswith(STATIC_PREFIX):
         return SentenceTransformer(str(static_embedder(name[len(STATIC_PREFIX):], device)), device=device)
     try:
@@ -144,7 +155,8 @@ def static_embedder(base: str, device: str | None = None) -> Path:
 
 
 class StepClusterer:
-    """Embeds step texts (lazily loaded model, per-text LRU cache) and clusters them."""
+    """Embeds step texts (lazily loaded model, per-text LRU cache) and clusters them.
+    `encoded` counts the texts sent to the model, `seconds` the time `embed` took."""
 
     def __init__(
         self,
@@ -160,6 +172,7 @@ class StepClusterer:
         self._model = None
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.encoded = 0   # texts actually sent to the model (cache misses)
+        self.seconds = 0.0
 
     @property
     def model(self):
@@ -168,6 +181,7 @@ class StepClusterer:
         return self._model
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        t0 = time.perf_counter()
         missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
         if missing:
             vectors = self.model.encode(missing, batch_size=64, convert_to_numpy=True, show_progress_bar=False)
@@ -180,6 +194,7 @@ class StepClusterer:
             out.append(self._cache[text])
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
+        self.seconds += time.perf_counter() - t0
         return np.stack(out)
 
     def cluster(self, texts: Sequence[str]) -> np.ndarray:

@@ -9,14 +9,25 @@ neither path keeps a vocabulary-wide tensor per step; `columns=None` reads every
 (a PRM that needs its LM's log-probabilities: rewards/surprise.py). Both count what they computed:
 `computed_tokens` (tokens run through the model) and `cache_hit_tokens` (tokens whose
 KV came from a prefix cache instead; always 0 for the plain forward).
+
+Both can also pool, from the same forwards, the model's final hidden states over a span
+of each sequence (a step embedding for ETS's `search.embedder: prm`, ets/engine/hidden.py):
+
+    logits_and_pooled(sequences, positions, spans) -> (rows as above, [sequences, hidden])
+
+`pools_hidden_states` says whether the model has the final norm they are read from;
+`embedded_steps` and `embed_seconds` in `stats()` count the vectors and the host time
+their pooling took.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import logging
 import sys
+import time
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
@@ -25,11 +36,15 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
+from ets.engine.hidden import final_hidden, final_norm
 from ets.engine.prefix import prefix_levels
 
 log = logging.getLogger(__name__)
 
 _AFTER_ANY_TOKEN = sys.maxsize    # sorts after every token id
+
+
+Span = tuple[int, int]   # positions lo..hi-1 of a sequence, whose final hidden states are pooled
 
 
 class ScoringBackend(Protocol):
@@ -79,7 +94,13 @@ class ForwardBackend:
         self.batch_invariant = batch_invariant
         # Causal LMs can project only the rows we read (saves a [B, T, vocab] tensor).
         self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self._stats = {"computed_tokens": 0, "padded_tokens": 0, "cache_hit_tokens": 0, "forward_calls": 0}
+        self._stats = {"computed_tokens": 0, "padded_tokens": 0, "cache_hit_tokens": 0, "forward_calls": 0,
+                       "embedded_steps": 0, "embed_seconds": 0.0}
+
+    @property
+    def pools_hidden_states(self) -> bool:
+        """Whether the model has the final norm step embeddings are read from."""
+        return final_norm(self.model) is not None
 
     @classmethod
     def for_tokenizer(cls, model, tokenizer, columns: Sequence[int] | None, padding_side: str | None = None,
@@ -98,12 +119,21 @@ class ForwardBackend:
         return dict(self._stats)
 
     def logits_at(self, sequences, positions):
+        return self.logits_and_pooled(sequences, positions, None)[0]
+
+    def logits_and_pooled(self, sequences, positions, spans: list[Span] | None):
+        """The rows of `logits_at`, and with `spans` each sequence's pooled final hidden
+        states over its span ([sequences, hidden], float32, CPU), from the same forwards."""
         out: list[torch.Tensor | None] = [None] * len(sequences)
+        pooled: list[torch.Tensor | None] = [None] * len(sequences)
         for batch in self._micro_batches([len(s) for s in sequences]):
-            rows = self._forward([sequences[i] for i in batch], [positions[i] for i in batch])
-            for i, r in zip(batch, rows):
+            rows, vectors = self._forward([sequences[i] for i in batch], [positions[i] for i in batch],
+                                          None if spans is None else [spans[i] for i in batch])
+            for k, (i, r) in enumerate(zip(batch, rows)):
                 out[i] = r
-        return out
+                if vectors is not None:
+                    pooled[i] = vectors[k]
+        return out, (torch.stack(pooled) if spans is not None and sequences else None)
 
     def _micro_batches(self, lengths: list[int]) -> list[list[int]]:
         if self.batch_invariant:
@@ -119,7 +149,8 @@ class ForwardBackend:
         return batches
 
     @torch.inference_mode()
-    def _forward(self, seqs: list[list[int]], poss: list[list[int]]) -> list[torch.Tensor]:
+    def _forward(self, seqs: list[list[int]], poss: list[list[int]],
+                 spans: list[Span] | None = None) -> tuple[list[torch.Tensor], torch.Tensor | None]:
         n = len(seqs)
         lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
         width = int(lengths.max())
@@ -142,7 +173,18 @@ class ForwardBackend:
             kwargs["logits_to_keep"] = keep.to(self.device)
             want_cols = torch.searchsorted(keep, want_cols)
         dev = self.device
-        out = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos_ids.to(dev), use_cache=False, **kwargs)
+        with final_hidden(self.model) if spans is not None else contextlib.nullcontext() as states:
+            out = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos_ids.to(dev),
+                             use_cache=False, **kwargs)
+        vectors = None
+        if spans is not None:
+            t0 = time.perf_counter()
+            hidden = states[-1]                                           # [B, T, hidden]
+            means = torch.stack([hidden[b, lo + int(shift[b]): hi + int(shift[b])].float().mean(0)
+                                 for b, (lo, hi) in enumerate(spans)])
+            vectors = torch.nn.functional.normalize(means, dim=-1).cpu()
+            self._stats["embedded_steps"] += len(spans)
+            self._stats["embed_seconds"] += time.perf_counter() - t0
         logits = out.logits if hasattr(out, "logits") else out[0]     # [B, T or K, V]
         # One gather of the rows asked for, then the columns read: [N, C].
         picked = logits[want_rows.to(logits.device), want_cols.to(logits.device)]
@@ -151,7 +193,7 @@ class ForwardBackend:
         self._stats["computed_tokens"] += real
         self._stats["padded_tokens"] += ids.numel() - real
         self._stats["forward_calls"] += 1
-        return list(picked.split(counts))
+        return list(picked.split(counts)), vectors
 
 
 def forward_backend(model, tokenizer, columns: Sequence[int] | None, options) -> ForwardBackend:
@@ -210,6 +252,11 @@ class EngineBackend:
     Both are exact: the rows are the engine's own, computed once, and the same bit for
     bit however the forwards are cut (ets/engine/invariant.py).
 
+    A sequence with a span to pool (`logits_and_pooled`) runs in the last pass even when
+    its rows are memoised (once for identical ones), with its span's tokens computed
+    there (`Engine.score_pooled`): the states come from that forward, nothing else is
+    recomputed.
+
     `stats()` also reports the engine's memory: `pool_kv_tokens` (its pool) and
     `peak_kv_tokens` (the most it held); `owns_engine` is False when the engine is the
     policy's (share_policy_engine), whose figures then count the policy too.
@@ -223,7 +270,13 @@ class EngineBackend:
         self.max_cached_rows = max_cached_rows
         self.min_shared_tokens = min_shared_tokens
         self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()
-        self._stats = {"computed_tokens": 0, "cache_hit_tokens": 0, "forward_calls": 0, "memo_rows": 0}
+        self._stats = {"computed_tokens": 0, "cache_hit_tokens": 0, "forward_calls": 0, "memo_rows": 0,
+                       "embedded_steps": 0, "embed_seconds": 0.0}
+
+    @property
+    def pools_hidden_states(self) -> bool:
+        """Whether the model has the final norm step embeddings are read from."""
+        return final_norm(self.engine.model) is not None
 
     def clear_cache(self) -> None:
         """Forget every memoised row and the engine's unlocked cache (when the engine is
@@ -241,6 +294,11 @@ class EngineBackend:
                 "owns_engine": self.owns_engine}
 
     def logits_at(self, sequences, positions):
+        return self.logits_and_pooled(sequences, positions, None)[0]
+
+    def logits_and_pooled(self, sequences, positions, spans: list[Span] | None):
+        """The rows of `logits_at`, and with `spans` each sequence's pooled final hidden
+        states over its span ([sequences, hidden], float32, CPU), from the same forwards."""
         keys = [dict(zip(p, prefix_digests(s, p))) for s, p in zip(sequences, positions)]
         rows = {k: self._rows[k] for ks in keys for k in ks.values() if k in self._rows}
         self._stats["memo_rows"] += len(rows)
@@ -266,32 +324,69 @@ class EngineBackend:
             if prefixes:
                 self._score(prefixes, wanted, rows)
         todo = {i: s for i, s in todo.items() if missing(i)}
+        pool_of, first_of = self._pooling(sequences, spans, todo, missing)
+        vectors: dict[int, torch.Tensor] = {}
         if todo:
-            self._score(list(todo.values()), [missing(i) for i in todo], rows)
+            pooled = self._score(list(todo.values()), [missing(i) for i in todo], rows,
+                                 [pool_of.get(i) for i in todo] if pool_of else None)
+            vectors = dict(zip(todo, pooled)) if pooled is not None else {}
         for k, row in rows.items():
             self._remember(k, row)
+        embeddings = None
+        if first_of:
+            embeddings = torch.stack([vectors[j] for j in first_of])
+            self._stats["embedded_steps"] += len(first_of)
         counts = [len(p) for p in positions]
         if not sum(counts):
             width = self.engine.model.config.vocab_size if self.columns is None else len(self.columns)
-            return [torch.zeros((0, width)) for _ in positions]
+            return [torch.zeros((0, width)) for _ in positions], embeddings
         # One stack of every row asked for, split per sequence.
         flat = torch.stack([rows[ks[p]] for ks, pos in zip(keys, positions) for p in pos])
-        return list(flat.split(counts))
+        return list(flat.split(counts)), embeddings
 
-    def _score(self, sequences, positions, rows: dict[bytes, torch.Tensor]) -> None:
-        """Run the engine; put each row into `rows` under its prefix digest."""
+    @staticmethod
+    def _pooling(sequences, spans, todo: dict[int, list[int]], missing) -> tuple[dict[int, Span], list[int]]:
+        """The spans to pool in the last pass, by sequence: one sequence of each identical
+        (tokens up to the span's end, span), added to `todo` (cut after its span or its
+        last missing row, whichever is later) if its rows needed no pass; and for every
+        sequence, the one whose vector it takes."""
+        if not spans:
+            return {}, []
+        pool_of: dict[int, Span] = {}
+        first: dict[tuple, int] = {}
+        first_of = []
+        for i, (lo, hi) in enumerate(spans):
+            j = first.setdefault((tuple(sequences[i][:hi]), lo), i)
+            first_of.append(j)
+            if j == i:
+                pool_of[i] = (lo, hi)
+                rows = missing(i)
+                todo[i] = list(sequences[i][: max(hi, rows[-1] + 1 if rows else 0)])
+        return pool_of, first_of
+
+    def _score(self, sequences, positions, rows: dict[bytes, torch.Tensor],
+               spans: list[Span | None] | None = None) -> torch.Tensor | None:
+        """Run the engine; put each row into `rows` under its prefix digest. With `spans`,
+        the pooled vectors (`Engine.score_pooled`) of the sequences, in order."""
         # The engine may be shared with the policy: count only this call's work.
         before = self._engine_counts()
-        out = self.engine.score(sequences, positions, hidden_states=False)
+        if spans is None:
+            out, pooled = self.engine.score(sequences, positions, hidden_states=False), None
+        else:
+            seconds = self.engine.embed_seconds
+            out, pooled = self.engine.score_pooled(sequences, positions, spans)
+            self._stats["embed_seconds"] += self.engine.embed_seconds - seconds
         after = self._engine_counts()
         for key in before:
             self._stats[key] += after[key] - before[key]
         self._stats["forward_calls"] += 1
-        # The columns read, for every row of the call at once: [N, C].
-        flat = torch.cat(out)
-        flat = _read_columns(flat, self.columns)
-        digests = [d for seq, pos in zip(sequences, positions) for d in prefix_digests(seq, pos)]
-        rows.update(zip(digests, flat.unbind(0)))
+        scored = [(seq, pos, o) for seq, pos, o in zip(sequences, positions, out) if pos]
+        if scored:
+            # The columns read, for every row of the call at once: [N, C].
+            flat = _read_columns(torch.cat([o for _, _, o in scored]), self.columns)
+            digests = [d for seq, pos, _ in scored for d in prefix_digests(seq, pos)]
+            rows.update(zip(digests, flat.unbind(0)))
+        return pooled
 
     def _engine_counts(self) -> dict[str, int]:
         s = self.engine.stats()

@@ -77,11 +77,15 @@ class ChatJudgementPRM(StepTagPRM):
     def render(self, question: str, steps: list[str]) -> MarkedText:
         o = self.options
         messages = [{"role": "system", "content": o.system_prompt}] if o.system_prompt else []
+        cleaned = []
         for k, step in enumerate(steps):
             step = clean_step(step, "", o.strip_steps)    # a "+" inside a step is the step's own text
+            cleaned.append(step)
             text = fill(o.first_turn, question=question, step=step) if k == 0 else step
             messages += [{"role": "user", "content": text}, {"role": "assistant", "content": SENTINEL}]
-        return join_marked(chat_pieces(self.tokenizer, messages, o.chat_template), self._judgement)
+        pieces = chat_pieces(self.tokenizer, messages, o.chat_template)
+        marked = join_marked(pieces, self._judgement)
+        return marked._replace(steps=_step_spans(pieces, marked.spans, cleaned))
 
     def encode_batch(self, items):
         # The row that predicts each judgement.
@@ -90,3 +94,17 @@ class ChatJudgementPRM(StepTagPRM):
     @classmethod
     def from_model(cls, model, tokenizer, options: ChatJudgementOptions | None = None, engine=None, name: str = "chat_judgement"):
         return super().from_model(model, tokenizer, options or ChatJudgementOptions(), engine, name)
+
+
+def _step_spans(pieces: list[str], markers: list[tuple[int, int]], steps: list[str]) -> list[tuple[int, int]] | None:
+    """Where each step's text lies in the joined text: its last occurrence in the turn
+    before its judgement (after the question, in the first). None if a step is not there
+    as written (a template that changes the content): then the turns' text is used."""
+    out = []
+    for k, step in enumerate(steps):
+        at = pieces[k].rfind(step) if step else -1
+        if at < 0:
+            return None
+        start = (markers[k - 1][1] if k else 0) + at
+        out.append((start, start + len(step)))
+    return out

@@ -84,6 +84,12 @@ class Strategy(ABC):
         (a sweep's --jobs; a run's --workers on a Ray of its own machine), so the work
         runs once, not in every worker."""
 
+    def step_embeddings(self) -> str | None:
+        """Whose hidden states this strategy reads as its candidates' `Node.embedding`:
+        "policy" (the search loop asks the policy for them with each expansion), "prm"
+        (the reward hands them out as it scores), or None (it needs none)."""
+        return None
+
     def prepare(self, frontiers: list[Frontier]) -> None:
         """Called once per round with every frontier about to `select`, so batch work
         (ETS: embedding all new step texts) runs once, not once per problem. Its cost is

@@ -5,6 +5,9 @@ REBASE over the leaves it kept. docs/algorithms.md, "ETS: the integer program", 
 1. O_i = REBASE allocation counts / their sum (search.rebase.allocate).
 2. Clusters of the candidates' newest step texts, only when lambda_s > 0, N > 1 and the
    texts are not all identical (lp.clustering; model loaded once per strategy, lazily).
+   With `embedder: policy` or `prm` the vectors clustered are the candidates' own
+   `Node.embedding`s, pooled from that model's hidden states by the search loop
+   (`step_embeddings`); nothing is embedded here.
 3. Costs per node: 'uniform' 1/(M+N), or 'tokens' = node tokens / tokens of all M+N nodes
    (root prompt included). Solve (lp.solve_selection), under `lp_time_limit`.
 4. REBASE again over the kept leaves (pruned leaves score -inf), handing out all of
@@ -27,7 +30,9 @@ allocation is kept (with a budget: its best leaves that fit), counted in
 
 metrics (per problem, in `frontier.metrics`): lp_solves, lp_seconds (build + solve),
 cluster_seconds (the round's batch embedding shared equally by its frontiers, plus this
-problem's clustering), lp_fallback, lp_budget_infeasible, lp_kept, lp_pruned; and where
+problem's clustering), embed_seconds and embedded_steps (a sentence embedder's share of
+that batch embedding, and the step texts it was asked for; the hidden-state embedders
+count theirs in the policy's or the reward's stats), lp_fallback, lp_budget_infeasible, lp_kept, lp_pruned; and where
 ETS's allocation departs from REBASE's on the same frontier: lp_pruned_weighted (pruned
 leaves that REBASE gave children), lp_pruned_width (those children) and lp_moved_width
 (children the final pass gives leaves beyond their REBASE counts: at least
@@ -43,8 +48,9 @@ from collections import Counter
 
 import numpy as np
 
+from ets.config import HIDDEN_EMBEDDERS
 from ets.tree import Node
-from ets.lp import FALLBACK_STATUSES, StepClusterer, prepare_embedder, solve_selection
+from ets.lp import FALLBACK_STATUSES, StepClusterer, cluster_embeddings, prepare_embedder, solve_selection
 from ets.strategies.base import Allocation, Frontier, Strategy, register
 from ets.strategies.compat import EARLIER, LATER, ROOT_SCORE, in_code_order, reference_allocate, reference_rank
 from ets.strategies.rebase import allocate
@@ -87,17 +93,26 @@ class ETS(Strategy):
             self._clusterer = StepClusterer(self.config.embedder, self.config.cluster_threshold)
         return self._clusterer
 
+    @property
+    def _sentence_embedder(self) -> bool:
+        """Whether ETS embeds the step texts itself (a sentence model), clustering at all."""
+        return self.config.lambda_s > 0 and self.config.embedder not in HIDDEN_EMBEDDERS
+
+    def step_embeddings(self) -> str | None:
+        cfg = self.config
+        return cfg.embedder if cfg.lambda_s > 0 and cfg.embedder in HIDDEN_EMBEDDERS else None
+
     def warm_up(self) -> None:
-        if self.config.lambda_s > 0:
+        if self._sentence_embedder:
             self.clusterer.model  # noqa: B018  (loads the embedder once, outside timed work)
 
     def prefetch(self) -> None:
-        if self.config.lambda_s > 0:
+        if self._sentence_embedder:
             prepare_embedder(self.config.embedder)
 
     def prepare(self, frontiers: list[Frontier]) -> None:
         """Embed the round's step texts in one batch; `select` then finds them cached."""
-        if self.config.lambda_s <= 0:
+        if not self._sentence_embedder:
             return
         texts = [c.text for f in frontiers if len(f.candidates) > 1 for c in f.candidates]
         if texts:
@@ -106,6 +121,9 @@ class ETS(Strategy):
             share = (time.perf_counter() - t0) / len(frontiers)
             for f in frontiers:
                 f.metrics["cluster_seconds"] += share
+                f.metrics["embed_seconds"] += share
+                if len(f.candidates) > 1:
+                    f.metrics["embedded_steps"] += len(f.candidates)
 
     def select(self, frontier: Frontier) -> Allocation:
         cfg = self.config
@@ -157,7 +175,10 @@ class ETS(Strategy):
         texts = [c.text for c in cands]
         if cfg.lambda_s > 0 and len(set(texts)) > 1:
             t0 = time.perf_counter()
-            clusters = self.clusterer.cluster(texts)
+            if self.step_embeddings() is None:
+                clusters = self.clusterer.cluster(texts)
+            else:
+                clusters = cluster_embeddings(_embeddings(cands, cfg.embedder), cfg.cluster_threshold)
             metrics["cluster_seconds"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         kept, _, status = solve_selection(
@@ -175,6 +196,15 @@ class ETS(Strategy):
         metrics["lp_kept"] += int(kept.sum())
         metrics["lp_pruned"] += int((~kept).sum())
         return kept
+
+
+def _embeddings(cands: list[Node], embedder: str) -> np.ndarray:
+    """The candidates' hidden-state embeddings, stacked ([N, hidden], float64)."""
+    missing = [c.id for c in cands if c.embedding is None]
+    if missing:
+        raise RuntimeError(f"ETS with embedder {embedder!r}: candidates {missing} carry no embedding; the search loop "
+                           f"sets Node.embedding from the {embedder}'s hidden states")
+    return np.stack([np.asarray(c.embedding, dtype=np.float64) for c in cands])
 
 
 def _count_departure(metrics: Counter[str], rebase: list[int], final: list[int], kept: np.ndarray) -> None:

@@ -57,6 +57,7 @@ def _num(value, fmt: str) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from ets.config import load_config
+    from ets.app.embedding_cost import embedding_line
     from ets.app.run import run
 
     config = load_config(args.config, list(args.overrides))
@@ -77,6 +78,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     if summary.get("expand_seconds"):
         print(_phases_line(summary))
+    if (line := embedding_line(summary)) is not None:
+        print(line)
     if (line := _full_pool_line(summary)) is not None:
         print(line)
     return _workers_lines(summary)

@@ -390,7 +390,7 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
     summary, plus `workers` in the summary. `hook(driver)` is called after each event (a
     worker ready or lost, a chunk written; tests kill a worker there)."""
     from ets.app.output import open_output
-    from ets.app.run import _progress, finish_summary, inert_keys_notes, summarize
+    from ets.app.run import _progress, finish_summary, inert_keys_notes, summarize, with_embedding_cost
     from ets.data import load_problems
     from ets.strategies import build as build_strategy
 
@@ -434,7 +434,8 @@ def run_distributed(config: RunConfig, *, workers: int, address: str | None = No
                 extra = driver.summary()
     worked = bool(new_records or extra.get("workers", {}).get("failed"))
     return finish_summary(config.output, writer.records, worked,
-                          lambda records: {**summarize(records, new_records, elapsed, None, None), **extra})
+                          lambda records: with_embedding_cost({**summarize(records, new_records, elapsed, None, None),
+                                                               **extra}, config.search, new_records))
 
 
 def _check_resources(ray, driver: Driver, address: str | None) -> None:

@@ -79,8 +79,18 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
                 elapsed = time.perf_counter() - start
             if bar is not None:
                 bar.close()
-    return finish_summary(config.output, writer.records, bool(new_records), lambda records: {
-        **summarize(records, new_records, elapsed, policy, reward), **(run_stats._asdict() if run_stats else {})})
+    return finish_summary(config.output, writer.records, bool(new_records), lambda records: with_embedding_cost({
+        **summarize(records, new_records, elapsed, policy, reward), **(run_stats._asdict() if run_stats else {})},
+        config.search, new_records))
+
+
+def with_embedding_cost(summary: dict[str, Any], search, new_records: list[dict[str, Any]]) -> dict[str, Any]:
+    """`summary` with what ETS's step embeddings cost (`embedding`, ets/app/embedding_cost.py),
+    when the run clustered any."""
+    from ets.app.embedding_cost import embedding_cost
+
+    cost = embedding_cost(summary, search, new_records)
+    return {**summary, "embedding": cost} if cost is not None else summary
 
 
 def finish_summary(output, records: list[dict[str, Any]], worked: bool, build) -> dict[str, Any]:

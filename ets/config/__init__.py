@@ -36,6 +36,7 @@ effect (`RunConfig.no_effect`), its defaults under the recipe's keys.
 """
 
 from ets.config.checks import ConfigError
+from ets.config.embedders import HIDDEN_EMBEDDERS
 from ets.config.loading import (SECTIONS, STORE_PATH_FILE, TOP_LEVEL, config_from_dict, load_config,
                                 merge_overrides, parse_override)
 from ets.config.model_presets import (MODEL_PRESETS, SAL_SYSTEM_PROMPT, model_preset, model_preset_keys,
@@ -52,7 +53,7 @@ __all__ = [
     "MARKED_ANSWER_RULES", "METHOD_ALIASES", "MODEL_PRESETS", "POLICY_BACKENDS", "PRESETS", "PROJECT",
     "REFERENCE_ANSWER_PHRASES", "SAL_SYSTEM_PROMPT",
     "REFERENCE_PROMPT_TOKENS", "SECTIONS", "STORE_PATH_FILE", "TOP_LEVEL", "VLLM_OPTIONS", "VOTES",
-    "ConfigError", "DataConfig", "PolicyConfig", "RewardConfig", "RunConfig", "SearchConfig",
+    "ConfigError", "DataConfig", "HIDDEN_EMBEDDERS", "PolicyConfig", "RewardConfig", "RunConfig", "SearchConfig",
     "apply_presets", "config_from_dict", "load_config", "merge_overrides", "model_preset", "model_preset_keys",
     "model_preset_notes", "model_preset_table", "parse_override", "preset_lines", "read_yaml",
 ]

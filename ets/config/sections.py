@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ets.config.checks import EMPTY_OK, ConfigError, check_fields, check_value, choice, did_you_mean, integer, positive
+from ets.config.embedders import cluster_cut
 from ets.config.presets import preset
 
 # The ETS public code's names for the methods, mapped onto ours.
@@ -94,8 +95,13 @@ class SearchConfig:
     lambda_s: float = 1.5             # ETS: weight of semantic coverage
     cost: str = "uniform"             # ETS node cost: uniform (1/(M+N)) | tokens
     final_pass: str = "renormalise"   # ETS: renormalise (the paper's) | keep_counts (see FINAL_PASSES)
-    cluster_threshold: float = 0.05   # ETS: cosine-distance cut of the dendrogram
-    embedder: str = "all-MiniLM-L6-v2"  # sentence-transformers model (default ships offline)
+    # ETS: cosine-distance cut of the dendrogram, or a mapping {embedder: cut}; None: the
+    # embedder's default (0.05 for a sentence model; policy and prm need theirs given):
+    # ets/config/embedders.py
+    cluster_threshold: float | dict[str, float] | None = None
+    # ETS: what embeds a step: a sentence-transformers model (default ships offline),
+    # static:<model>, or a model's own hidden states over the step: policy | prm
+    embedder: str = "all-MiniLM-L6-v2"
     kv_budget: int | None = None      # ETS: hard cap on tokens of kept nodes (beyond the paper)
     lp_relax: bool = False            # ETS: solve the LP relaxation and round
     lp_time_limit: float = 10.0       # ETS: seconds per solve before the REBASE fallback (= lp.DEFAULT_TIME_LIMIT, tested; not imported: keeps scipy out of the CLI's start)
@@ -144,7 +150,8 @@ class SearchConfig:
         positive("lp_time_limit", self.lp_time_limit)
         positive("lambda_c", self.lambda_c, zero_ok=True)
         positive("lambda_s", self.lambda_s, zero_ok=True)
-        positive("cluster_threshold", self.cluster_threshold, zero_ok=True)
+        self.cluster_threshold = cluster_cut(self.cluster_threshold, self.embedder,
+                                             needed=self.method == "ets" and self.lambda_s > 0)
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p: {self.top_p!r} must be in (0, 1]")
         choice("cost", self.cost, COSTS)
@@ -408,6 +415,12 @@ class RunConfig:
         for key in ("policy_model_type", "reward_model_type"):
             if getattr(self, key) is not None:
                 preset(key, getattr(self, key))
+        search = self.search
+        if (search.method == "ets" and search.lambda_s > 0 and search.embedder == "policy"
+                and self.policy.backend == "vllm"):
+            raise ConfigError("search.embedder: policy reads the policy's hidden states, which vLLM does not hand out; "
+                              "use embedder: prm (the PRM's), a sentence embedder (e.g. static:all-MiniLM-L6-v2), or "
+                              "policy.backend: engine or hf")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -36,13 +36,20 @@ Public API
                           stop=["\\n\\n"], seed=0)
     engine.release([c.handle for c in conts[0]])
 
+    # with embed=True each Continuation also carries its `embedding`: the mean of the final
+    # hidden states its tokens were sampled from, L2-normalised, pooled on the device (hidden.py)
+    conts = engine.expand([(path_ids, 4)], max_new_tokens=32, stop=["\\n\\n"], embed=True)
+
     # forward only: logits [len(pos), V] (or final hidden states) at positions, per sequence
     logits = engine.score(sequences, positions, hidden_states=False)
+    # the same, and per sequence the pooled final hidden states over a span [lo, hi) (or None)
+    logits, pooled = engine.score_pooled(sequences, positions, spans)
 
     engine.stats()   # resident_kv_tokens/bytes (all the pool holds, LRU cache included),
                      # locked_kv_tokens (paths of live handles), peak_kv_tokens,
                      # peak_live_kv_tokens (locked + running), cache_hit_tokens,
-                     # computed_tokens, generated_tokens, evicted_tokens, preempted, pool_kv_*
+                     # computed_tokens, generated_tokens, evicted_tokens, preempted, pool_kv_*,
+                     # embedded_steps and embed_seconds (pooled embeddings, host time)
     engine.check()   # raises AssertionError if an invariant of the cache is broken
     engine.evict()   # drop every unlocked cache entry now (returns tokens freed)
     engine.reset_stats()
@@ -72,6 +79,7 @@ scheduler.postprocess; the scheduler only plans and never sees the model):
     table.py      per-sequence slots       sequence.py   one request (Seq), a Chunk of it
     scheduler.py  admission, memory, the step's Plan, postprocess (no model)
     runner.py     one forward of a Plan's chunks
+    hidden.py     the final norm's output, read in the forward (step embeddings)
     groups.py     the forward's sequences cut into groups of like shapes, attended apart
     attention.py  paged attention fn       cascade.py    shared-prefix decode attention
     workspace.py  reused gather buffers (decode keeps its gathered contexts across steps)

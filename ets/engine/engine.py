@@ -10,16 +10,18 @@ radix tree) and the handles `expand` returned.
 from __future__ import annotations
 
 import operator
+import time
 from typing import NamedTuple, Sequence
 
 import torch
 
 from ets.engine.allocator import SlotAllocator
 from ets.engine.attention import check_supported
+from ets.engine.hidden import unit_rows
 from ets.engine.pool import KVPool, kv_storage_dtype
 from ets.engine.prefix import shared_prefixes
 from ets.engine.radix import RadixNode, RadixTree
-from ets.engine.runner import ModelRunner, Outputs
+from ets.engine.runner import ModelRunner, Outputs, Pooling
 from ets.engine.sampling import SamplingParams, StopChecker, sample_rows
 from ets.engine.scheduler import Plan, Scheduler
 from ets.engine.sequence import Seq
@@ -31,13 +33,17 @@ DEFAULT_KV_TOKENS = 65536        # the pool (the whole KV budget) when none is g
 DEFAULT_MAX_BATCH_TOKENS = 8192  # new tokens per forward when none is given
 
 COUNTERS = ("cache_hit_tokens", "computed_tokens", "generated_tokens", "evicted_tokens", "preempted",
-            "peak_kv_tokens", "peak_live_kv_tokens", "spilled_handles")
+            "peak_kv_tokens", "peak_live_kv_tokens", "spilled_handles", "embedded_steps")
 
 
 class Continuation(NamedTuple):
     handle: int              # keeps this path cached until `Engine.release([handle])`
     token_ids: list[int]     # the new tokens (an EOS or stop text that ended them included)
     finish: str              # "eos", "stop" or "length"
+    # expand(embed=True): the mean of the final hidden states its tokens were sampled from
+    # (the path's last token's, then each new token's but the last), L2-normalised,
+    # float32 on the CPU ([hidden]); None otherwise
+    embedding: torch.Tensor | None = None
 
 
 class Request(NamedTuple):
@@ -82,6 +88,9 @@ class Engine:
         self.tree = RadixTree(self.device)
         self.table = SlotTable(self.device)
         self.counters = dict.fromkeys(COUNTERS, 0)
+        # host seconds spent pooling step embeddings (the index lists, the adds, the one
+        # transfer a call); on a GPU the adds themselves run beside the forwards
+        self.embed_seconds = 0.0
         self.runner = ModelRunner(model, self.pool, self.table, batch_invariant, cascade)
         self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
         self.handles: dict[int, RadixNode] = {}
@@ -126,17 +135,22 @@ class Engine:
 
     def expand(self, requests: Sequence[Request | tuple], max_new_tokens: int = 64, temperature: float = 1.0,
                top_p: float = 1.0, top_k: int = 0, stop: Sequence[str | int] = (), seed: int | None = None,
-               ignore_eos: bool = False) -> list[list[Continuation]]:
+               ignore_eos: bool = False, embed: bool = False) -> list[list[Continuation]]:
         """`n` continuations of each `(token_ids, n)` or `(token_ids, n, seed)` (a `Request`);
         each keeps its path (`token_ids` + new tokens, except the last new token, whose KV
-        is not computed yet) locked in the cache until its handle is released."""
+        is not computed yet) locked in the cache until its handle is released. With
+        `embed`, each also carries its `embedding` (Continuation): pooled on the device
+        from the states the decode steps compute anyway, one vector a continuation."""
         params = self._params(max_new_tokens, temperature, top_p, top_k, stop, ignore_eos)
         requests = [_request(r) for r in requests]
         seqs = self._seqs(requests, params, seed, lock=True)
+        if embed:
+            for seq in seqs:  # from the state that samples the first new token
+                seq.pool_from = seq.n_prompt - 1
         self._inflight = seqs
         try:
             self._prefill_shared([(tuple(r.token_ids), len(r.token_ids) - 1, r.n) for r in requests])
-            self._run(seqs)
+            embeddings = self._run(seqs)
         except BaseException:  # no handles go out: unlock what finished before the error
             for seq in seqs:
                 if seq.result_node is not None:
@@ -145,6 +159,7 @@ class Engine:
         finally:
             self._inflight = []
         out, it = [], iter(seqs)
+        rows = iter(embeddings) if embeddings is not None else None
         for req in requests:
             conts = []
             for seq in (next(it) for _ in range(req.n)):
@@ -153,7 +168,7 @@ class Engine:
                     self.spilled.add(handle)
                 else:
                     self.handles[handle] = seq.result_node
-                conts.append(Continuation(handle, seq.new_tokens, seq.finish))
+                conts.append(Continuation(handle, seq.new_tokens, seq.finish, next(rows) if rows else None))
             out.append(conts)
         return out
 
@@ -168,23 +183,61 @@ class Engine:
                 raise KeyError(f"unknown or already released handle {h}")
             self.tree.unlock(node)
 
-    def _run(self, seqs: list[Seq], hidden: bool = False) -> None:
+    def _run(self, seqs: list[Seq], hidden: bool = False) -> torch.Tensor | None:
         """Run `seqs` to completion (results are left on each `Seq`): the scheduler plans
         each step, the runner computes it, sampling picks the next tokens, the scheduler
-        books the results."""
+        books the results. Returns, when some of `seqs` pool (`Seq.pool_from`), their
+        embeddings in their order ([pooling seqs, hidden], float32, CPU: one transfer), else None."""
         scheduler = self.scheduler
+        pooling = [s for s in seqs if s.pool_from >= 0]
+        sums = None
+        if pooling:
+            for slot, seq in enumerate(pooling):
+                seq.pool_slot = slot
+            sums = torch.zeros((len(pooling), self.model.config.hidden_size), dtype=torch.float32, device=self.device)
         scheduler.add(seqs)
         try:
             while scheduler.has_work:
                 plan = scheduler.schedule()
                 if not plan.chunks:
                     continue
-                outputs = self.runner.forward(plan.chunks, hidden=hidden)
+                pool = None
+                if sums is not None:
+                    t0 = time.perf_counter()
+                    pool = self._pooling(plan, sums)
+                    self.embed_seconds += time.perf_counter() - t0
+                if pool is None:
+                    outputs = self.runner.forward(plan.chunks, hidden=hidden)
+                else:
+                    outputs = self.runner.forward(plan.chunks, hidden=hidden, pool=pool)
                 tokens = self._sample(plan, outputs)
                 scheduler.postprocess(plan, outputs, tokens)
         except BaseException:
             scheduler.abort()
             raise
+        if sums is None:
+            return None
+        t0 = time.perf_counter()
+        counts = torch.tensor([s.pooled_count for s in pooling])
+        out = unit_rows(sums, counts).cpu()
+        self.embed_seconds += time.perf_counter() - t0 + self.runner.take_pool_seconds()
+        self.counters["embedded_steps"] += len(pooling)
+        return out
+
+    @staticmethod
+    def _pooling(plan: Plan, sums: torch.Tensor) -> Pooling | None:
+        """What this step's forward adds to the pooling sequences' sums: each one's
+        positions not pooled yet (Seq.pool_range), booked as pooled here."""
+        items = []
+        for i, (seq, chunk) in enumerate(zip(plan.owners, plan.chunks)):
+            if seq.pool_slot < 0:
+                continue
+            lo, hi = seq.pool_range(chunk.start, len(chunk.token_ids))
+            if hi > lo:
+                items.append((i, lo - chunk.start, hi - chunk.start, seq.pool_slot))
+                seq.pooled_upto = hi
+                seq.pooled_count += hi - lo
+        return Pooling(sums, items) if items else None
 
     @staticmethod
     def _sample(plan: Plan, outputs: Outputs) -> list[int]:
@@ -266,22 +319,51 @@ class Engine:
         """For each sequence, the logits [len(positions), V] (or final hidden states
         [len(positions), hidden]) at the given positions (0-based; position p is the output
         after reading token p). Cached prefixes are reused; the sequences stay cached."""
+        return self._score(sequences, positions, hidden_states, None)[0]
+
+    def score_pooled(self, sequences: list[list[int]], positions: list[list[int]],
+                     spans: list[tuple[int, int] | None]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """`score`'s logits, and for each sequence with a span [lo, hi) the mean of the
+        final hidden states of positions lo..hi-1, L2-normalised, from the same forwards
+        ([sequences, hidden], float32, CPU; zero rows where the span is None). A sequence
+        with a span may ask for no positions; its tokens from `lo` on are computed even if
+        cached, for their states."""
+        if len(spans) != len(sequences):
+            raise ValueError("score_pooled: one span (or None) per sequence")
+        return self._score(sequences, positions, False, spans)
+
+    def _score(self, sequences, positions, hidden_states: bool, spans) -> tuple[list[torch.Tensor], torch.Tensor | None]:
         if len(sequences) != len(positions):
             raise ValueError("score: one list of positions per sequence")
         seqs = []
-        for tokens, pos in zip(sequences, positions):
-            if not pos or min(pos) < 0 or max(pos) >= len(tokens):
+        for i, (tokens, pos) in enumerate(zip(sequences, positions)):
+            span = spans[i] if spans is not None else None
+            if (not pos and span is None) or (pos and (min(pos) < 0 or max(pos) >= len(tokens))):
                 raise ValueError(f"score: positions {pos} must be non-empty and within 0..{len(tokens) - 1}")
+            if span is not None and not 0 <= span[0] < span[1] <= len(tokens):
+                raise ValueError(f"score: span {span} must lie within 0..{len(tokens)} and hold a position")
             self._check_length(len(tokens))
-            seqs.append(Seq(list(tokens), len(tokens), positions=list(pos)))
+            seq = Seq(list(tokens), len(tokens), positions=list(pos))
+            if span is not None:
+                seq.pool_from, seq.pool_to = span
+            seqs.append(seq)
         self._prefill_shared([(tuple(s.tokens), s.match_limit(), 1) for s in seqs])
-        self._run(seqs, hidden=hidden_states)
+        pooled = self._run(seqs, hidden=hidden_states)
         out = []
         for seq in seqs:
+            if not seq.positions:
+                out.append(torch.empty(0))
+                continue
             stacked = torch.cat(seq.outputs)  # rows in order of sorted(set(positions))
             order = {p: i for i, p in enumerate(sorted(set(seq.positions)))}
             out.append(stacked[[order[p] for p in seq.positions]])
-        return out
+        if spans is None:
+            return out, None
+        every = torch.zeros((len(seqs), self.model.config.hidden_size))
+        which = [i for i, span in enumerate(spans) if span is not None]
+        if which:
+            every[which] = pooled
+        return out, every
 
     # ------------------------------------------------------------- accounting
     def evict(self) -> int:
@@ -295,13 +377,16 @@ class Engine:
         """Zero the counters; peaks restart from what is resident now."""
         for key in COUNTERS:
             self.counters[key] = 0
+        self.embed_seconds = 0.0
         self.counters["peak_kv_tokens"] = self.allocator.n_used
         self.counters["peak_live_kv_tokens"] = self.tree.locked_tokens
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, int | float]:
         """resident_* = everything the pool holds (locked paths, running sequences and
         unlocked LRU cache); locked_kv_tokens = the paths held by live handles;
-        peak_live_kv_tokens = the most that had to be resident (locked + running)."""
+        peak_live_kv_tokens = the most that had to be resident (locked + running);
+        embedded_steps / embed_seconds = step embeddings pooled (expand(embed=True),
+        score_pooled) and the host time their pooling took."""
         resident = self.allocator.n_used
         return {
             "resident_kv_tokens": resident,
@@ -312,6 +397,7 @@ class Engine:
             "pool_kv_bytes": self.pool.num_bytes,
             "live_handles": len(self.handles),
             **self.counters,
+            "embed_seconds": self.embed_seconds,
         }
 
     def check(self) -> None:

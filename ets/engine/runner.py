@@ -10,12 +10,14 @@ e.g. the `transformers` baseline, between calls). It owns no memory decisions.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 
 from ets.engine import attention, cascade
+from ets.engine.hidden import final_hidden
 from ets.engine.groups import MAX_KEPT_GROUPS, cascade_decode_groups, plain_decode_groups, prefill_groups
 from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
@@ -48,6 +50,14 @@ class Outputs(Sequence[torch.Tensor]):
         return self.rows.index_select(0, torch.tensor(index, dtype=torch.long, device=self.rows.device))
 
 
+class Pooling(NamedTuple):
+    """Hidden states a forward adds to running sums (step embeddings, ets/engine/hidden.py):
+    for each (chunk, lo, hi, slot) of `items`, the final hidden states of the chunk's
+    tokens lo..hi-1 (offsets in the chunk) are added to row `slot` of `sums`."""
+    sums: torch.Tensor                        # [slots, hidden], float32, on the model's device
+    items: list[tuple[int, int, int, int]]
+
+
 class ModelRunner:
     def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True,
                  cascade: bool = True):
@@ -59,6 +69,7 @@ class ModelRunner:
         self.model = model
         self.pool = pool
         self.table = table
+        self._pool_seconds = 0.0  # host time of `_pool` since `take_pool_seconds`
         self.device = pool.device
         self.kv_heads, self.head_dim = pool.k[0].shape[0], pool.k[0].shape[2]
         dtype = pool.k[0].dtype
@@ -87,8 +98,10 @@ class ModelRunner:
             config._attn_implementation = previous
 
     @torch.inference_mode()
-    def forward(self, chunks: list[Chunk], hidden: bool = False) -> "Outputs":
-        """Per chunk, the logits (or final hidden states) at its `keep` offsets: [len(keep), V]."""
+    def forward(self, chunks: list[Chunk], hidden: bool = False, pool: Pooling | None = None) -> "Outputs":
+        """Per chunk, the logits (or final hidden states) at its `keep` offsets: [len(keep), V].
+        With `pool`, the final hidden states it names are added to its sums, read off the
+        model's final norm in this same forward (one gather and one index_add)."""
         # Decode chunks first: those alone on their path (plain attention), then those with
         # siblings (cascade attention, by cluster; plain too when the cascade is off); then
         # prefill chunks, in groups of like lengths (prefill_groups). Each group is contiguous.
@@ -116,8 +129,10 @@ class ModelRunner:
         ids = [c.token_ids[0] for c in ordered[:n_decode]]
         pos = [c.start for c in ordered[:n_decode]]
         keep = list(range(n_decode))
+        packed = list(range(n_decode))  # where each ordered chunk's first token sits in `ids`
         for c in ordered[n_decode:]:
             base = len(ids)
+            packed.append(base)
             ids.extend(c.token_ids)
             pos.extend(range(c.start, c.start + len(c.token_ids)))
             keep.extend(base + k for k in c.keep)
@@ -132,7 +147,8 @@ class ModelRunner:
         ids += ids[-1:] * (self.min_rows - len(ids))
         pos += pos[-1:] * (self.min_rows - len(pos))
         n_keep = len(keep)
-        keep += keep[-1:] * (self.min_rows - len(keep))
+        # (a forward of pooling sequences alone may keep no output: it reads row 0, dropped)
+        keep += (keep[-1:] or [0]) * (self.min_rows - len(keep))
         dev = self.device
         input_ids = torch.tensor([ids], dtype=torch.long, device=dev)
         position_ids = torch.tensor([pos], dtype=torch.long, device=dev)
@@ -141,7 +157,7 @@ class ModelRunner:
         if len(ids) > len(slots):  # the padding rows write their K/V to the pool's scratch slot
             slots = torch.cat([slots, slots.new_full((len(ids) - len(slots),), self.pool.scratch_slot)])
         batch = attention.PackedBatch(self.pool.k, self.pool.v, slots, groups, self.workspace)
-        with self._paged_attention():
+        with self._paged_attention(), (final_hidden(self.model) if pool is not None else contextlib.nullcontext()) as states:
             if hidden:
                 out = self.model.base_model(
                     input_ids=input_ids, position_ids=position_ids, use_cache=False, ets_batch=batch
@@ -151,12 +167,36 @@ class ModelRunner:
                     input_ids=input_ids, position_ids=position_ids, use_cache=False,
                     logits_to_keep=keep_t, ets_batch=batch,
                 ).logits[0, :n_keep]
+        if pool is not None:
+            t0 = time.perf_counter()
+            self._pool(states[-1][0], pool, order, packed)
+            self._pool_seconds += time.perf_counter() - t0
         first = [0] * len(chunks)  # chunk i's outputs are rows first[i]..first[i] + len(keep) of `out`
         row = 0
         for i in order:
             first[i] = row
             row += len(chunks[i].keep)
         return Outputs(out, first, [len(c.keep) for c in chunks])
+
+    def take_pool_seconds(self) -> float:
+        """The host seconds pooling took since the last call (and zero them)."""
+        seconds, self._pool_seconds = self._pool_seconds, 0.0
+        return seconds
+
+    def _pool(self, states: torch.Tensor, pool: Pooling, order: list[int], packed: list[int]) -> None:
+        """Add the rows of `states` ([T, hidden], the forward's packed tokens) that `pool`
+        names to its sums. (A decode step adds one row a sequence; where a chunk adds
+        several to one sum, a GPU adds them in any order, which moves the sum's last bits.)"""
+        start = [0] * len(order)  # each chunk's first row, by its index in the call
+        for k, i in enumerate(order):
+            start[i] = packed[k]
+        rows, slots = [], []
+        for i, lo, hi, slot in pool.items:
+            rows.extend(range(start[i] + lo, start[i] + hi))
+            slots.extend([slot] * (hi - lo))
+        dev = states.device
+        picked = states.index_select(0, torch.tensor(rows, dtype=torch.long, device=dev))
+        pool.sums.index_add_(0, torch.tensor(slots, dtype=torch.long, device=dev), picked.to(pool.sums.dtype))
 
     def _cascade(self, chunks: list[Chunk], rows: torch.Tensor, cap: int | None = None) -> cascade.CascadeMeta:
         """Cascade metadata: the decode chunks by cluster, each split where its cluster's

@@ -11,7 +11,11 @@
   tokens cached meanwhile are freed);
 - a generating sequence samples once `kv_len == len(tokens)`; its last sampled token is
   never computed (nothing needs its KV until the path is continued);
-- a scoring sequence has fixed tokens and collects outputs at `positions`.
+- a scoring sequence has fixed tokens and collects outputs at `positions`;
+- a pooling sequence (either kind) also sums the final hidden states of its positions
+  `pool_from` .. `pool_to` (ets/engine/hidden.py), each position once: its KV below the
+  first position not yet pooled is never taken from the cache (`match_limit`), so a
+  preempted sequence computes again only what it had not pooled.
 A waiting sequence (not admitted, or preempted) holds no slots, no lock and no row.
 """
 
@@ -53,6 +57,11 @@ class Seq:
     positions: list[int] = field(default_factory=list)   # scoring: outputs wanted here
     outputs: list[torch.Tensor] = field(default_factory=list)
     lock_result: bool = False                # keep the finished path locked (expand)
+    pool_from: int = -1                      # first position whose hidden state is pooled; -1: none
+    pool_to: int | None = None               # end of the pooled positions (exclusive); None: all computed
+    pool_slot: int = -1                      # its row of the call's sums (Engine._run)
+    pooled_upto: int = 0                     # positions below this one are pooled already
+    pooled_count: int = 0
     # --- runtime state, valid while admitted
     row: int = -1
     uid: int = -1                            # admission id: a preempted sequence gets a new one
@@ -74,9 +83,17 @@ class Seq:
     def match_limit(self) -> int:
         """How many leading tokens may come from the cache. The token before the first
         output we need must be computed here: its output is what we want."""
-        if self.scoring:  # no positions: a prefill-only sequence (fills the cache)
-            return min(self.positions, default=len(self.tokens))
-        return len(self.tokens) - 1
+        limit = min(self.positions, default=len(self.tokens)) if self.scoring else len(self.tokens) - 1
+        # (no positions: a prefill-only sequence, which fills the cache)
+        if self.pool_from >= 0:  # the positions still to pool are computed here
+            return min(limit, max(self.pool_from, self.pooled_upto))
+        return limit
+
+    def pool_range(self, start: int, n: int) -> tuple[int, int]:
+        """The positions of the chunk [start, start + n) to pool now (empty: lo >= hi)."""
+        lo = max(start, self.pool_from, self.pooled_upto)
+        hi = start + n if self.pool_to is None else min(start + n, self.pool_to)
+        return lo, hi
 
     def scored_offsets(self, start: int, n: int) -> list[int]:
         """A scoring sequence's offsets in the chunk [start, start + n) whose outputs it

@@ -13,6 +13,9 @@ the allocation its strategy chose last round and its own metrics. A round (`step
   3. score   one reward call scores every new child (its whole trajectory, newest step last);
              with `lookahead`, the candidates are then rolled forward greedily and scored
              where they lead (ets/loop/lookahead.py);
+             a strategy that reads step embeddings from a model's hidden states (ETS with
+             `search.embedder: policy` or `prm`, `Strategy.step_embeddings`) gets them on
+             each child (`Node.embedding`) from the expand call or from this one;
   4. select  finished children leave the frontier; each problem's strategy allocates its
              next round; children that will not be expanded are released to the policy;
   5. finish  problems with nothing left to expand are voted, graded and handed to
@@ -183,6 +186,12 @@ class SearchLoop:
         self._rounds = self._active_sum = self._peak_active = 0
         self._phase_seconds = dict.fromkeys(PHASES, 0.0)
         self._checked = False
+        # "policy" / "prm": whose hidden states embed the steps (None: the strategy needs none)
+        step_embeddings = getattr(self.strategy, "step_embeddings", None)
+        self.embeddings = step_embeddings() if step_embeddings is not None else None
+        self.score_and_embed = getattr(reward, "score_with_embeddings", None)
+        self.reward_embeds = bool(getattr(reward, "embeds_steps", False))
+        self.reward_embeds_note = getattr(reward, "embeds_steps_note", None)  # why it cannot, when it says
 
     def run(self) -> LoopResult:
         while self.step():
@@ -224,8 +233,10 @@ class SearchLoop:
     # ------------------------------------------------------------------ the round
     def preflight(self) -> None:
         """Format every waiting prompt and check, before any search, that each fits the
-        model's context and that the longest fits one sequence in the policy's KV pool."""
+        model's context and that the longest fits one sequence in the policy's KV pool,
+        and that the step embeddings the strategy reads can be had."""
         self._checked = True
+        self._check_embeddings()
         for index, problem in self.pending:
             self._prompt(index, problem)
         capacity = self.admission.capacity_tokens
@@ -248,6 +259,20 @@ class SearchLoop:
                 f"problem {problem.id!r}: its prompt ({prompt} tokens) and up to {need - prompt} generated tokens "
                 f"({why}) need {need}; set policy.kv_budget_tokens >= {need} or lower {lower} (a pool smaller than "
                 f"a whole search is fine: the engine evicts and recomputes)")
+
+    def _check_embeddings(self) -> None:
+        """`search.embedder: policy` needs a policy that hands out step embeddings, `prm` a
+        reward that does: else one line naming the other choices."""
+        others = "or a sentence embedder (e.g. static:all-MiniLM-L6-v2)"
+        if self.embeddings == "policy" and not getattr(self.policy, "embeds_steps", False):
+            backend = getattr(getattr(self.policy, "config", None), "backend", None)
+            what = f"policy.backend {backend}" if backend else f"the policy {type(self.policy).__name__}"
+            raise ConfigError(f"search.embedder: policy reads the policy's hidden states, which {what} does not "
+                              f"hand out; use embedder: prm (the PRM's) {others}")
+        if self.embeddings == "prm" and not (self.score_and_embed is not None and self.reward_embeds):
+            why = f" ({self.reward_embeds_note})" if self.reward_embeds_note else ""
+            raise ConfigError(f"search.embedder: prm reads the PRM's hidden states, which reward {self.reward_name!r} "
+                              f"does not hand out{why}; use embedder: policy (the policy's) {others}")
 
     def sequence_tokens(self, prompt_tokens: int) -> int:
         """The longest sequence a search from a prompt of `prompt_tokens` asks the policy for:
@@ -298,9 +323,10 @@ class SearchLoop:
     def expand(self) -> dict[int, list[Node]]:
         """One policy call for every active allocation; the new children of each problem."""
         seed = self.config.seed
+        embed = self.embeddings == "policy"
         requests = [
             ExpandRequest((a.index, node_id), a.tree.nodes[node_id].path_token_ids(), n,
-                          node_seed(seed, a.problem, node_id), self.sampling)
+                          node_seed(seed, a.problem, node_id), self.sampling, embed)
             for a in self.active
             for node_id, n in a.alloc.items()
         ]
@@ -317,6 +343,7 @@ class SearchLoop:
                 terminal = rules.is_terminal(self.config, parent, step.text, step.finish)
                 child = a.tree.add_child(parent, step.text, step.token_ids, terminal)
                 child.tags["finish"] = step.finish
+                child.embedding = step.embedding
                 a.handles[child.id] = step.handle
                 children[a.index].append(child)
         self.admission.observe(c for new in children.values() for c in new)
@@ -329,7 +356,14 @@ class SearchLoop:
             return
         questions = [a.question for a in with_children]
         trajectories = [[c.step_texts() for c in children[a.index]] for a in with_children]
-        scores = validate_scores(self.score_fn(questions, trajectories), trajectories, self.reward_name)
+        if self.embeddings == "prm":  # the newest step's embedding, from the PRM's same forward
+            scores, embeddings = self.score_and_embed(questions, trajectories)
+            for a, per_problem in zip(with_children, embeddings):
+                for child, embedding in zip(children[a.index], per_problem):
+                    child.embedding = embedding
+        else:
+            scores = self.score_fn(questions, trajectories)
+        scores = validate_scores(scores, trajectories, self.reward_name)
         for a, per_problem in zip(with_children, scores):
             for child, step_scores in zip(children[a.index], per_problem):
                 child.score = step_scores[-1]  # the newest step's score drives selection

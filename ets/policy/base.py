@@ -39,6 +39,10 @@ Contract:
   search no request decodes past the context: its new tokens are capped at
   `context_tokens - len(token_ids)`, and a step that fills the context ends with finish
   "context" (the loop then completes its trajectory).
+- step embeddings: a request with `embed` asks for each step's `embedding`, the mean of
+  the policy's final hidden states its tokens were sampled from, L2-normalised (ETS's
+  `search.embedder: policy`). A policy that can hand them out says so with
+  `embeds_steps = True`; the search loop refuses `embedder: policy` on any other.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class ExpandRequest(NamedTuple):
     n: int                   # number of children to sample
     seed: int | None = None  # sample j depends only on (seed, j); None: the policy's own stream
     sampling: SamplingSettings | None = None  # None: the settings the policy was built with
+    embed: bool = False      # each step's `embedding` too (policies with `embeds_steps`)
 
 
 class Prompt(NamedTuple):
@@ -97,6 +102,10 @@ class Step(NamedTuple):
     finish: str              # "stop" (step delimiter), "eos", "length" (max_step_tokens), or
                              # "context" (the path now fills the model's context)
     handle: Hashable | None = None  # the policy's lock on this path, for `release`
+    # with ExpandRequest.embed: the mean of the final hidden states its tokens were sampled
+    # from (the path's last token's, then each of its tokens' but the last; an EOS that
+    # ended it counted), L2-normalised, a float32 numpy vector
+    embedding: Any = None
 
 
 @runtime_checkable

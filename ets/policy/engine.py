@@ -22,6 +22,11 @@ without a seed gets one drawn from this policy's own stream (seeded by the build
 Context: `context_tokens` is `policy.max_context`, else the model's
 `max_position_embeddings`. A request's new tokens are capped at what is left of the
 context (ets/policy/steps.py), so no position past it is ever decoded.
+
+Step embeddings (`ExpandRequest.embed`, ETS's `search.embedder: policy`): the engine pools
+each continuation's final hidden states on the device while it decodes it (no extra
+forward: ets/engine/hidden.py) and hands out one vector a step; `stats()` counts them
+(`embedded_steps`) and the host time their pooling took (`embed_seconds`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, Hashable
 
 from ets.config import ConfigError, PolicyConfig, SearchConfig
 from ets.engine.engine import Engine
+from ets.engine.hidden import final_norm
 from ets.engine.pool import PoolTooLarge
 from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
 from ets.policy.steps import PromptsAndSteps, at_context, model_context, new_token_cap
@@ -50,6 +56,8 @@ class EnginePolicy(PromptsAndSteps):
         self._held: set[int] = set()            # handles given out and not yet released
         self._stats = {"generated_tokens": 0, "expand_calls": 0}
         self._live_sum = 0
+        # step embeddings need the final norm's output (every decoder the engine runs has one)
+        self.embeds_steps = final_norm(engine.model) is not None
 
     @classmethod
     def from_config(cls, policy: PolicyConfig, search: SearchConfig) -> "EnginePolicy":
@@ -66,7 +74,7 @@ class EnginePolicy(PromptsAndSteps):
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
         out: list[list[Step]] = [[] for _ in requests]
-        groups: dict[tuple[SamplingSettings, int], list[int]] = {}
+        groups: dict[tuple[SamplingSettings, int, bool], list[int]] = {}
         seeds = []
         for i, req in enumerate(requests):
             sampling = req.sampling or self.sampling
@@ -75,14 +83,14 @@ class EnginePolicy(PromptsAndSteps):
             if cap == 0:  # the path fills the context already: nothing more can be decoded
                 out[i] = [Step("", [], "context") for _ in range(req.n)]
                 continue
-            groups.setdefault((sampling, cap), []).append(i)
+            groups.setdefault((sampling, cap, req.embed), []).append(i)
         given: list[int] = []  # this call's handles, released again if a later group fails
-        for (sampling, cap), members in groups.items():
+        for (sampling, cap, embed), members in groups.items():
             try:
                 conts = self.engine.expand(
                     [(requests[i].token_ids, requests[i].n, seeds[i]) for i in members], max_new_tokens=cap,
                     temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                    stop=[self.config.step_delimiter],
+                    stop=[self.config.step_delimiter], embed=embed,
                 )
             except BaseException:
                 self.release(given)
@@ -93,7 +101,8 @@ class EnginePolicy(PromptsAndSteps):
                 path_len = len(requests[i].token_ids)
                 for c in req_conts:
                     step = at_context(cutter.cut(c.token_ids), path_len, self.context_tokens)
-                    out[i].append(step._replace(handle=c.handle))
+                    embedding = None if c.embedding is None else c.embedding.numpy()
+                    out[i].append(step._replace(handle=c.handle, embedding=embedding))
                     self._held.add(c.handle)
                     self._stats["generated_tokens"] += len(c.token_ids)
         self._stats["expand_calls"] += 1

@@ -22,12 +22,21 @@ batch's shape (its width, its rows), so a draw that falls that close to a bounda
 greedy near-tie, can go another way when other requests share the batch: at another
 `concurrency` or after a resume. Rare, and said once per run (`BATCH_NOTE`, logged at
 INFO); the PRM's scores do not have this limit (rewards/backends.py, `batch_invariant`).
+
+Step embeddings (`ExpandRequest.embed`, ETS's `search.embedder: policy`): the final norm's
+output of each `generate` forward is read as it is computed (ets/engine/hidden.py; only
+the last position of each, so a long prompt's states are not kept), and each row's step
+embedding is the mean of the states its tokens were sampled from, as on the engine: no
+extra forward. Like the logits, those states come from padded batches and move in their
+last bits with what else is in flight.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
+import time
 from typing import Any, Hashable, NamedTuple
 
 import torch
@@ -35,6 +44,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 
 from ets.config import PolicyConfig, SearchConfig
 from ets.engine.engine import sample_seed
+from ets.engine.hidden import final_hidden, final_norm, unit_rows
 from ets.engine.sampling import SamplingParams, sample
 from ets.models.load import load_causal_lm
 from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
@@ -56,6 +66,7 @@ class _Row(NamedTuple):
     path: list[int]    # the request's token path
     seed: int          # its stream's seed: sample_seed(request seed, j), as on the engine
     cap: int           # new tokens it may generate (max_step_tokens, or what the context leaves)
+    embed: bool = False  # its step's embedding too
 
 
 class _StepStop(StoppingCriteria):
@@ -105,7 +116,9 @@ class HFPolicy(PromptsAndSteps):
         self.max_rows = max_rows
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self._rng = random.Random(search.seed)  # seeds for requests that carry none
-        self._stats = {"generated_tokens": 0, "computed_tokens": 0, "expand_calls": 0, "peak_kv_tokens": 0}
+        self._stats = {"generated_tokens": 0, "computed_tokens": 0, "expand_calls": 0, "peak_kv_tokens": 0,
+                       "embedded_steps": 0, "embed_seconds": 0.0}
+        self.embeds_steps = final_norm(model) is not None
 
     @classmethod
     def from_config(cls, policy: PolicyConfig, search: SearchConfig) -> "HFPolicy":
@@ -126,7 +139,8 @@ class HFPolicy(PromptsAndSteps):
                 if cap == 0:  # the path fills the context already
                     out[i][j] = Step("", [], "context")
                 else:
-                    groups.setdefault(sampling, []).append(_Row(i, j, list(req.token_ids), sample_seed(seed, j), cap))
+                    groups.setdefault(sampling, []).append(
+                        _Row(i, j, list(req.token_ids), sample_seed(seed, j), cap, req.embed))
         for sampling, rows in groups.items():
             # Similar lengths together: less padding per batch (each row samples from its own
             # stream, so which rows share a batch changes no token).
@@ -168,22 +182,50 @@ class HFPolicy(PromptsAndSteps):
         if sampling.temperature > 0:
             params = SamplingParams(max(caps), sampling.temperature, sampling.top_p, sampling.top_k)
             processors.append(_RowSampler(params, [r.seed for r in rows], [len(p) for p in paths], width))
-        output = self.model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            max_new_tokens=max(caps),
-            do_sample=False,          # the row sampler has drawn each token already
-            temperature=None, top_p=None, top_k=None,
-            pad_token_id=self.pad_id,
-            logits_processor=processors,
-            stopping_criteria=StoppingCriteriaList([_StepStop(cutter, width, caps)]),
-        )
+        embed = any(r.embed for r in rows)
+        seconds = [0.0]
+
+        def last_state(states: torch.Tensor) -> torch.Tensor:  # each forward's states: the last position's
+            t0 = time.perf_counter()
+            out = states[:, -1].float()
+            seconds[0] += time.perf_counter() - t0
+            return out
+
+        with final_hidden(self.model, keep=last_state) if embed else contextlib.nullcontext() as states:
+            output = self.model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=max(caps),
+                do_sample=False,          # the row sampler has drawn each token already
+                temperature=None, top_p=None, top_k=None,
+                pad_token_id=self.pad_id,
+                logits_processor=processors,
+                stopping_criteria=StoppingCriteriaList([_StepStop(cutter, width, caps)]),
+            )
         new = output[:, width:].tolist()
         steps = [at_context(cutter.cut(row[:cap]), len(p), self.context_tokens)
                  for row, cap, p in zip(new, caps, paths)]
+        if embed:
+            steps = self._with_embeddings(steps, rows, states, seconds[0])
         generated = sum(len(s.token_ids) for s in steps)
         self._stats["generated_tokens"] += generated
         self._stats["computed_tokens"] += sum(len(p) for p in paths) + generated
         # Without sharing, every row holds its whole path's KV while it decodes.
         self._stats["peak_kv_tokens"] = max(self._stats["peak_kv_tokens"], len(paths) * (width + max(len(s.token_ids) for s in steps)))
         return steps
+
+    def _with_embeddings(self, steps: list[Step], rows: list[_Row], states: list[torch.Tensor],
+                         seconds: float) -> list[Step]:
+        """Each step of a row that asked, with its embedding: the mean of the states (one
+        [rows, hidden] per forward, forward k sampling new token k) its tokens were sampled
+        from, the EOS that ended it included."""
+        t0 = time.perf_counter()
+        every = torch.stack(states)                                   # [forwards, rows, hidden]
+        counts = torch.tensor([min(len(s.token_ids) + (s.finish == "eos"), every.shape[0]) for s in steps])
+        upto = torch.arange(every.shape[0])[:, None] < counts[None, :]     # [forwards, rows]
+        sums = (every * upto[..., None].to(every.device, every.dtype)).sum(0)
+        vectors = unit_rows(sums, counts).cpu().numpy()
+        out = [s._replace(embedding=v) if r.embed and s.token_ids else s for s, r, v in zip(steps, rows, vectors)]
+        self._stats["embedded_steps"] += sum(1 for s in out if s.embedding is not None)
+        self._stats["embed_seconds"] += seconds + time.perf_counter() - t0
+        return out
