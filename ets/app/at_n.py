@@ -25,6 +25,7 @@ import numpy as np
 
 from ets.answers.aggregate import choose_answer
 from ets.answers.grading import is_equivalent
+from ets.app.terminal import plural
 
 # selection -> the vote of choose_answer that makes it
 SELECTIONS = {"naive": "best", "weighted": "weighted", "majority": "majority"}
@@ -96,7 +97,8 @@ def _summary(accuracy: np.ndarray) -> dict[str, list[float]]:
 def at_n_table(figures: dict[str, Any]) -> list[str]:
     """Markdown, under 80 columns: a row per n, a column per selection, `mean ± sd` in %."""
     lines = [
-        f"Accuracy (%) at n of each problem's trajectories, {figures['problems']} problems (W = {figures['width']}),",
+        f"Accuracy (%) at n of each problem's trajectories, {plural(figures['problems'], 'problem')} "
+        f"(W = {figures['width']}),",
         f"agg={figures['aggregation']}: mean ± sample sd over {figures['draws']} "
         f"draw{'s' if figures['draws'] != 1 else ''} of n.",
         "",
