@@ -3,7 +3,8 @@ the plots against width where several; each as PNG and PDF.
 
 Several tables (sweeps of the same task and models at other widths, or of other methods)
 make one set of plots; a (method, width) pair in two tables is taken from the first. The
-config names the task and the models in the title (default: the demo's, ets/demo/demo.yaml).
+config names the task and the models in the title (default: the demo's, ets/demo/demo.yaml,
+with `--set key=value` for what the sweep overrode, e.g. `--set reward.name=verifier`).
 
     python scripts/plot_table.py docs/results/w16_200_seeds_0_1_2
     python scripts/plot_table.py docs/results/w16_200_seeds_0_1_2 docs/results/steer_prm_200 \\
@@ -39,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="folder for the plots (default: the first table's)")
     ap.add_argument("--config", default=str(ROOT / "ets" / "demo" / "demo.yaml"),
                     help="the config the sweeps ran: names the task and the models in the title (default: the demo's)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a key=value override of the config, as the sweep ran with it (e.g. reward.name=verifier); "
+                         "repeatable")
     ap.add_argument("--prefix", default="ets sweep", help="the title's first words (default: ets sweep)")
     args = ap.parse_args(argv)
     paths = [table_path(t) for t in args.tables]
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from ets.config import ConfigError, load_config
 
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, args.set)
     except (ConfigError, FileNotFoundError) as exc:
         fail(f"--config {args.config}: {exc}")
     rows, seen = [], set()

@@ -76,3 +76,17 @@ def test_plot_table_redraws_a_sweeps_plots_from_its_tables(tmp_path):
     assert {p.name for p in both.iterdir()} == {f"{n}.{ext}" for n in names for ext in ("png", "pdf")}
     bad = run_script(str(tmp_path / "none"))
     assert bad.returncode == 2 and "no sweep table" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_one_seed_rows_interval_comes_from_its_count_right():
+    """One seed: each problem right or wrong, so a table's accuracy and problem count give
+    the interval the problems' outcomes give (the same resampling, up to its noise)."""
+    from ets.app.paired import accuracy_interval
+
+    outcomes = {f"q{i}": i % 4 != 1 for i in range(24)}                      # 18 of 24 right, shuffled
+    from_count = accuracy_bounds(dict(method="rebase", width=64, problems=24, accuracy=0.75))
+    from_outcomes = accuracy_interval(outcomes)
+    assert all(abs(a - b) <= 1 / 24 + 1e-9 for a, b in zip(from_count, from_outcomes))
+    assert from_count[0] < 0.75 < from_count[1]
+    # a mean over seeds without outcomes or a kept interval has none
+    assert accuracy_bounds(dict(problems=24, accuracy=0.75, seeds=3, accuracy_sd=0.05)) is None

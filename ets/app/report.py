@@ -101,10 +101,9 @@ def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
 
 def read_table(path: str | Path) -> list[dict[str, Any]]:
     """The rows of a table.csv that `write_csv` wrote, numbers as numbers (whole ones as
-    int) and empty cells as None: what the plots take."""
+    int), an empty cell left out (a row of one seed in a table of several has no `seeds`):
+    what the plots take."""
     def value(text: str) -> Any:
-        if text == "":
-            return None
         for kind in (int, float):
             try:
                 return kind(text)
@@ -113,7 +112,7 @@ def read_table(path: str | Path) -> list[dict[str, Any]]:
         return text
 
     with open(path, newline="") as fh:
-        return [{k: value(v) for k, v in r.items()} for r in csv.DictReader(fh)]
+        return [{k: value(v) for k, v in r.items() if v != ""} for r in csv.DictReader(fh)]
 
 
 def _with_interval(row: dict[str, Any]) -> dict[str, Any]:
@@ -127,14 +126,20 @@ def _with_interval(row: dict[str, Any]) -> dict[str, Any]:
 
 def accuracy_bounds(row: dict[str, Any]) -> tuple[float, float] | None:
     """The accuracy's 95% interval over the problems (fractions): from the row's own
-    columns (a table.csv read back) or each problem's outcome over its seeds; None when
-    the row knows neither."""
+    columns (a table.csv read back), or each problem's outcome over its seeds; for a row
+    of one seed, from its count of problems right (each problem is right or wrong, so the
+    resampling depends on that count alone). None for a mean over seeds that keeps
+    neither (a table.csv written before the interval was kept)."""
+    from ets.app.paired import accuracy_interval
+
     if row.get("accuracy_ci_low") is not None and row.get("accuracy_ci_high") is not None:
         return float(row["accuracy_ci_low"]), float(row["accuracy_ci_high"])
     if row.get("correct_by_problem"):
-        from ets.app.paired import accuracy_interval
-
         return accuracy_interval(row["correct_by_problem"])
+    problems, accuracy = row.get("problems"), row.get("accuracy")
+    if row.get("seeds", 1) == 1 and isinstance(problems, int) and problems > 0 and accuracy is not None:
+        right = round(accuracy * problems)
+        return accuracy_interval({str(i): i < right for i in range(problems)})
     return None
 
 
