@@ -204,7 +204,7 @@ def selected(items: Iterable[T], data: DataConfig, source: str) -> Iterator[T]:
             return
     if data.sliced and (count <= start or (end is not None and count < end)):
         key, value = ("data.start", start) if count <= start else ("data.end", end)
-        raise DataError(f"{key}: {value} is beyond the {count} problems of {source}; the slice "
+        raise DataError(f"{key}: {value} is beyond the {count} problem{'' if count == 1 else 's'} of {source}; the slice "
                         f"[data.start, data.end) must lie within [0, {count}]")
 
 

@@ -2,8 +2,13 @@
 
 Each `--point LABEL=PATH[@METHOD]` is one row of a sweep's `table.csv` (the mean over its
 seeds): PATH is the sweep's output folder or its table.csv, METHOD picks the row when the
-table holds several (default: its only row). Error bars are the sd over seeds on both
-axes; the title says the problem count, the seeds and the width.
+table holds several (default: its only row). Each point is labelled with its width W
+where the points' widths differ (else the title says it), and with its LABEL where they
+are few (else a legend beside the axes names them). Error bars: the
+accuracy's 95% interval over the problems where the table has it, else one sd over seeds,
+never below 0 nor above 100%; the KV size's sd over seeds. The title names the task, the
+problem count, the seeds and the models (from --config, default the demo's). Written as
+PNG and PDF (--out with either suffix, or none).
 
     python scripts/plot_tradeoff.py --out runs/ets_tradeoff.png \\
         --point "REBASE=docs/results/ets_steer_prm_200@rebase" --point "ETS lambda_c 1.0=docs/results/ets_steer_prm_200@ets" \\
@@ -13,9 +18,11 @@ axes; the title says the problem count, the seeds and the width.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the project's own code, run from anywhere
 
 
 def fail(message: str) -> None:
@@ -26,6 +33,8 @@ def fail(message: str) -> None:
 
 def read_point(spec: str) -> dict:
     """`LABEL=PATH[@METHOD]` -> that table row, with its label."""
+    from ets.app.report import read_table
+
     label, sep, where = spec.rpartition("=")  # the last "=": a label may hold one (W=64)
     if not sep or not label or not where:
         fail(f"--point {spec!r}: write it as LABEL=PATH[@METHOD], e.g. 'REBASE=runs/sweep@rebase'")
@@ -33,8 +42,7 @@ def read_point(spec: str) -> dict:
     table = Path(path) / "table.csv" if Path(path).is_dir() else Path(path)
     if not table.is_file():
         fail(f"--point {spec!r}: no sweep table at {table} (run `ets sweep --out {path}` first)")
-    with open(table, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if not method or r["method"] == method]
+    rows = [r for r in read_table(table) if not method or r["method"] == method]
     if len(rows) != 1:
         which = f"method {method!r}" if method else "a single row (name the method with @METHOD)"
         fail(f"--point {spec!r}: {table} has {len(rows)} rows for {which}")
@@ -43,53 +51,76 @@ def read_point(spec: str) -> dict:
 
 def number(row: dict, key: str) -> float:
     value = row.get(key)
-    return float(value) if value not in (None, "") else 0.0
+    return float(value) if value is not None else 0.0
+
+
+def title_lines(points: list[dict], config) -> str:
+    """What the points are: the task, problems, seeds, widths, what the error bars are, the models."""
+    from ets.app.report import error_bars_text, models_line, task_label
+
+    def joined(key: str, default: str = "?") -> str:
+        return "/".join(dict.fromkeys(str(p.get(key) or default) for p in points))
+
+    data = config.data
+    task = task_label(data.path, data.hf_name, data.hf_split if data.hf_name else None)
+    seeds = joined("seed_list", str(points[0].get("seed", config.search.seed))).replace(",", ", ")
+    problems = joined("problems")
+    head = f"{task}, {problems} problem{'' if problems == '1' else 's'}, W={joined('width')}, seeds {seeds}"
+    bars = error_bars_text(points)
+    return "\n".join([head] + ([bars] if bars else []) + [models_line(config.policy.model, config.reward.name,
+                                                                      config.reward.model)])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--point", action="append", required=True, help="LABEL=PATH[@METHOD], repeatable")
-    ap.add_argument("--out", required=True, help="the PNG to write")
+    ap.add_argument("--out", required=True, help="the plot to write: PATH.png and PATH.pdf")
     ap.add_argument("--title", default="accuracy vs KV size", help="first line of the title")
-    ap.add_argument("--models", default="policy and step-tag PRM: the bundled demo models (ets/demo/checkpoints)",
-                    help="the title's line naming the models the sweeps ran")
+    ap.add_argument("--config", default=str(ROOT / "ets" / "demo" / "demo.yaml"),
+                    help="the config the sweeps ran: names the task and the models in the title (default: the demo's)")
     args = ap.parse_args()
     points = [read_point(p) for p in args.point]
 
-    import matplotlib
+    from ets.app.report import count_formatter, error_bars, label_points, pyplot, save_figure
+    from ets.config import ConfigError, load_config
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    try:
+        config = load_config(args.config)
+    except (ConfigError, FileNotFoundError) as exc:
+        fail(f"--config {args.config}: {exc}")
+    plt = pyplot()
     many = len(points) > 5  # then a legend beside the axes names them (labels would overlap)
-    fig, ax = plt.subplots(figsize=(9.5 if many else 7, 4.8))
+    fig, ax = plt.subplots(figsize=(9.5 if many else 7, 5))
     markers = "osD^vPX*<>"
     # every point its own colour: the default cycle repeats after ten
     colours = [f"C{i}" for i in range(10)] if len(points) <= 10 else list(plt.get_cmap("tab20").colors)
+    labels = []
     for i, p in enumerate(points):
         x, y = number(p, "kv_size_per_problem"), 100 * number(p, "accuracy")
-        ax.errorbar([x], [y], xerr=[number(p, "kv_size_per_problem_sd")], yerr=[100 * number(p, "accuracy_sd")],
-                    marker=markers[i % len(markers)], color=colours[i % len(colours)], capsize=3, label=p["label"])
-        if not many:
-            ax.annotate(p["label"], (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
-    problems = sorted({p["problems"] for p in points})
-    seeds = sorted({p.get("seed_list", "") for p in points})
-    widths = sorted({p["width"] for p in points})
-    detail = (f"{'/'.join(problems)} problems, seeds {' | '.join(seeds)}, W={'/'.join(widths)}; "
-              "mean and error bars of ± 1 sd over seeds")
-    ax.set_title(f"{args.title}\n{detail}\n{args.models}", fontsize=9)
+        colour = colours[i % len(colours)]
+        ax.errorbar([x], [y], xerr=error_bars([p], "kv_size_per_problem"), yerr=error_bars([p], "accuracy", 100.0),
+                    marker=markers[i % len(markers)], color=colour, capsize=3, label=p["label"])
+        # its width where the points differ in it (else the title says it), and its name where few
+        width = f"W={p['width']}" if len({q["width"] for q in points}) > 1 else ""
+        text = width if many else p["label"] if not width or width in p["label"] else f"{p['label']}, {width}"
+        if text:
+            labels.append((x, y, text, colour if many else "black"))
+    ax.set_title(f"{args.title}\n{title_lines(points, config)}", fontsize=9)
     ax.set_xlabel("KV size per problem (tokens, paper metric, prompt counted)")
     ax.set_ylabel("accuracy (%)")
+    ax.xaxis.set_major_formatter(count_formatter())
     ax.grid(alpha=0.3)
     if many:
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     else:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110)
+    label_points(ax, labels, fontsize=7 if many else 8)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    written = save_figure(fig, out)
     plt.close(fig)
-    print(f"wrote {args.out}: " + "; ".join(
+    print(f"wrote {written[0]} and {written[1].name}: " + "; ".join(
         f"{p['label']} {100 * number(p, 'accuracy'):.1f}% at {number(p, 'kv_size_per_problem'):,.0f}" for p in points))
 
 

@@ -80,6 +80,8 @@ def test_at_n_counts_the_known_answers_only(runs, capsys, tmp_path):
 
 def test_compare_and_diagnose_leave_the_unknown_out_and_say_so(runs, capsys):
     assert main(["compare", str(runs["rebase"]), str(runs["best_of_n"])]) == 0
+    assert "on the 2 problems both searched (1 without a ground truth left out):" in capsys.readouterr().out
+    assert main(["compare", "--wide", str(runs["rebase"]), str(runs["best_of_n"])]) == 0
     line = capsys.readouterr().out.strip()
     assert ", of 2;" in line and line.endswith("; 1 shared problem without a ground truth left out")
     assert main(["diagnose", str(runs["rebase"]), "--json"]) == 0

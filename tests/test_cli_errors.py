@@ -242,8 +242,13 @@ def test_log_level_and_quiet(tmp_path, capsys):
         assert root.level == logging.ERROR
         assert not hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == logging.ERROR
         assert capsys.readouterr().err == ""
+        # Without --quiet, loading models is still quiet (its bars would cut through the run's)...
         assert main(["run", "--config", str(TINY), f"output={out}", "data.limit=1"]) == 0
-        assert hf_logging.is_progress_bar_enabled() and root.level == logging.WARNING
+        assert not hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == logging.ERROR
+        assert root.level == logging.WARNING
+        # ... unless asked for with DEBUG
+        assert main(["run", "--log-level", "DEBUG", "--config", str(TINY), f"output={out}", "data.limit=1"]) == 0
+        assert hf_logging.is_progress_bar_enabled() and hf_logging.get_verbosity() == logging.DEBUG
     finally:
         root.setLevel(saved)
         hf_logging.set_verbosity_warning()

@@ -206,7 +206,8 @@ def test_ets_run_refuses_a_pool_too_small_for_one_sequence(tmp_path, capsys, bud
     assert summary["policy_stats"]["evicted_tokens"] + summary["policy_stats"]["spilled_handles"] > 0
     # ... and says so, with what it cost and the fix.
     stats = summary["policy_stats"]
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("KV pool full: "))
+    out = capsys.readouterr().out  # the note wrapped within 100 columns, its later lines indented
+    line = " ".join(out[out.index("KV pool full: "):].split("\n  ")).splitlines()[0]
     assert f"{stats['preempted']:,} sequences preempted, {stats['spilled_handles']:,} locks spilled" in line
     assert f"(the pool holds {need:,}; a search peaked at " in line and "a larger policy.kv_budget_tokens" in line
     # A pool that holds the searches says nothing of the kind.

@@ -7,10 +7,12 @@ import pytest
 from ets.app.cli import main
 
 
-def test_demo_runs_every_method_and_writes_table_and_plot(tmp_path, capsys):
-    out = tmp_path / "demo"
-    assert main(["demo", "--quiet", "--width", "4", "--problems", "3", "--seeds", "0", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+def test_demo_runs_every_method_and_writes_table_and_plot(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the output folder as a user names it: ./demo
+    argv = ["demo", "--width", "4", "--problems", "3", "--seeds", "0", "--out", "demo", "--jobs", "1"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    printed, out = captured.out, tmp_path / "demo"
     methods = ["best_of_n", "beam", "dvts", "rebase", "ets"]
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert [r["method"] for r in rows] == methods
@@ -18,12 +20,39 @@ def test_demo_runs_every_method_and_writes_table_and_plot(tmp_path, capsys):
         assert int(r["problems"]) == 3 and 0 <= float(r["accuracy"]) <= 1
         assert float(r["kv_size_per_problem"]) > 0 and int(r["peak_kv_tokens"]) > 0
         assert float(r["tokens_per_s"]) > 0
-        assert f"| {r['method']} | 4 |" in printed
+        assert f"| {r['method']} " in printed
         assert (out / f"{r['method']}_w4.jsonl").read_text().count("\n") == 3
-    assert (out / "methods.png").stat().st_size > 10_000
-    # below the table, the paper's comparisons, paired over the 3 problems (ets/app/paired.py)
-    assert "W=4: ETS vs REBASE: KV size " in printed and "W=4: REBASE vs best-of-N: accuracy " in printed
-    assert printed.count("% CI ") == 2 and printed.count(", of 3; sign test p = ") == 2
+        # the accuracy's interval over the problems, kept for plots redrawn from the table
+        assert float(r["accuracy_ci_low"]) <= float(r["accuracy"]) <= float(r["accuracy_ci_high"])
+    assert (out / "methods.png").stat().st_size > 10_000 and (out / "methods.pdf").read_bytes()[:4] == b"%PDF"
+    # In a terminal of 100 columns nothing wraps: the key columns, compact numbers, and the
+    # paper's comparisons as a small table, paired over the 3 problems (ets/app/paired.py).
+    lines = printed.splitlines()
+    assert max(map(len, lines)) <= 100, [line for line in lines if len(line) > 100]
+    header = next(line for line in lines if line.startswith("| method "))
+    assert [c.strip() for c in header.strip("|").split("|")][:5] == ["method", "W", "accuracy", "KV/problem",
+                                                                      "problems/s"]
+    assert "vote (aggregation)" not in printed and "ETS code's metric" not in printed
+    ets_row = next(line for line in lines if line.startswith("| ets "))
+    kv = float(next(r for r in rows if r["method"] == "ets")["kv_size_per_problem"])
+    assert f" {kv / 1000:.3g}k " in ets_row  # e.g. 4.98k, not 4,981
+    assert any(line.startswith("| W=4: ETS vs REBASE ") for line in lines)
+    assert any(line.startswith("| W=4: REBASE vs best-of-N ") for line in lines) and "95% CI" in printed
+    assert "1 seed (0)" in printed and "3 problems" in printed
+    # One progress bar per run: the models load without transformers' bars or warnings.
+    assert "Loading weights" not in captured.err and "%|" in captured.err
+    bars = {part.split(":")[0] for part in captured.err.replace("\r", "\n").splitlines() if "%|" in part}
+    # (the first ETS run on a machine distils its embedder once, with its own bar, before its run's bar starts)
+    assert bars - {"Encoding tokens"} == set(methods)
+    # --wide: every column of table.md and the comparisons in full (a rerun: nothing is searched)
+    assert main([*argv, "--quiet", "--wide"]) == 0
+    wide = capsys.readouterr().out
+    from ets.app.report import COLUMNS
+
+    full = next(line for line in wide.splitlines() if line.startswith("| method "))
+    assert full == "| " + " | ".join(h for _, h, _ in COLUMNS) + " |" and len(full) > 100
+    assert "W=4: ETS vs REBASE: KV size " in wide and "W=4: REBASE vs best-of-N: accuracy " in wide
+    assert wide.count("% CI ") == 2 and wide.count(", of 3; sign test p = ") == 2
 
 
 def test_demo_rejects_bad_options_before_work(tmp_path, capsys):
@@ -67,22 +96,25 @@ def test_demo_with_seeds_says_so_and_shows_the_spread(tmp_path, capsys):
     header = next(i for i, line in enumerate(printed) if line.startswith("| method"))
     from ets.app.demo import demo_jobs
 
-    jobs = demo_jobs()   # the default: one run per core (at most 4), said in the header
-    shared = f"; {jobs} runs at a time (wall times are of runs sharing the CPU; --jobs 1 for runs alone)"
-    assert printed[header - 1] == ("ets demo: 2 problems, width 2, 2 seeds (0, 1): mean ± sd over seeds"
-                                   + (shared if jobs > 1 else ""))
-    assert "KV size/problem (ETS code's metric)" in printed[header]
+    jobs = demo_jobs()   # the default: one run per core (at most 4), said above the table
+    title = ["ets demo: 2 problems, width 2, 2 seeds (0, 1): mean ± sd over seeds"]
+    if jobs > 1:
+        title.append(f"{jobs} runs at a time: throughput is of runs sharing the CPU (--jobs 1 for runs alone)")
+    assert printed[header - len(title):header] == title
+    assert "KV/problem" in printed[header]
     for m in ("best_of_n", "rebase"):
-        row = next(line for line in printed if line.startswith(f"| {m} | 2 |"))
+        row = next(line for line in printed if line.startswith(f"| {m} ") and "| 2 " in line)
         assert "% ± " in row
         for s in (0, 1):
             assert (out / f"{m}_w2_s{s}.jsonl").read_text().count("\n") == 2
+    notes = " ".join(printed)  # the notes under the tables, wrapped within 100 columns
+    assert "mean ± sd over 2 seeds" in notes
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert [(r["method"], r["seeds"]) for r in rows] == [("best_of_n", "2"), ("rebase", "2")]
     assert len(list(csv.DictReader((out / "table_runs.csv").open()))) == 4
     # each problem's outcome averaged over the seeds, then paired
-    assert any(line.startswith("W=2 (means over 2 seeds): REBASE vs best-of-N: accuracy ") and ", of 2; sign test p = " in line
-               for line in printed)
+    assert any(line.startswith("| W=2: REBASE vs best-of-N |") for line in printed)
+    assert "(a problem: its share right over the 2 seeds)" in notes
     # One seed runs under the old file names.
     assert main([*argv, "--seeds", "0"]) == 0
     assert "width 2, 1 seed (0)" in capsys.readouterr().out and (out / "rebase_w2.jsonl").exists()

@@ -109,14 +109,16 @@ def test_a_run_summary_keeps_every_problems_outcome_and_a_sweep_prints_the_paire
         records = [json.loads(line) for line in output.read_text().splitlines()]
         summary = json.loads(summary_path(output).read_text())
         assert summary["correct_by_problem"] == correct_by_problem(records) and len(records) == 3
-    assert "W=2: REBASE vs best-of-N: accuracy " in printed and "of 3; sign test p = " in printed
+    # the comparisons' table, paired: with the interval and the sign test
+    assert "| W=2: REBASE vs best-of-N |" in printed and "95% CI" in printed and "sign test p" in printed
     # A summary written before it held the outcomes: a rerun (nothing new) reads them from the records.
     stored = summary_path(out / "rebase_w2.jsonl")
     old = json.loads(stored.read_text())
     del old["correct_by_problem"]
     stored.write_text(json.dumps(old))
-    assert main(argv) == 0
-    assert "of 3; sign test p = " in capsys.readouterr().out
+    assert main([*argv, "--wide"]) == 0
+    assert "W=2: REBASE vs best-of-N: accuracy " in (printed := capsys.readouterr().out)
+    assert "of 3; sign test p = " in printed
 
 
 def write_run(path, rights: str, kv: int, prefix: str = "p"):
@@ -133,13 +135,22 @@ def test_ets_compare_prints_each_run_against_the_base(tmp_path, capsys):
     base = write_run(tmp_path / "rebase.jsonl", "1100", 200)
     ets = write_run(tmp_path / "ets.jsonl", "1000", 100)
     bon = write_run(tmp_path / "bon.jsonl", "11", 300)   # only the first two problems
-    assert main(["compare", base, ets, bon]) == 0
+    assert main(["compare", "--wide", base, ets, bon]) == 0
     ets_line, bon_line = capsys.readouterr().out.splitlines()
     assert ets_line == (f"{ets} vs {base}: accuracy 25.0% vs 50.0%, -25.0 points (95% CI -75.0 to +0.0; better on 0 "
                         "problems, worse on 1, of 4; sign test p = 1); KV size/problem 100 vs 200 (2.00x smaller)")
     # on the problems both searched: the base's accuracy there is 100%
     assert bon_line.startswith(f"{bon} vs {base}: accuracy 100.0% vs 100.0%, +0.0 points (95% CI +0.0 to +0.0;")
     assert bon_line.endswith("of 2; sign test p = 1); KV size/problem 300 vs 200 (1.50x larger)")
+    # by default: by file name, three short lines each
+    assert main(["compare", base, ets, bon]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "ets vs rebase, on the 4 problems both searched:",
+        "  accuracy 25.0% vs 50.0%: -25.0 points (95% CI -75.0 to +0.0), sign test p = 1",
+        "  KV/problem 100 vs 200: 2.00x smaller",
+        "bon vs rebase, on the 2 problems both searched:",
+        "  accuracy 100.0% vs 100.0%: +0.0 points (95% CI +0.0 to +0.0), sign test p = 1",
+        "  KV/problem 300 vs 200: 1.50x larger"]
 
 
 def test_ets_compare_pools_a_sweeps_seed_files_given_the_run_without_its_seed(tmp_path, capsys):
@@ -152,19 +163,21 @@ def test_ets_compare_pools_a_sweeps_seed_files_given_the_run_without_its_seed(tm
     write_run(tmp_path / "ets_w4_s0.jsonl", "0000", 50)
     write_run(tmp_path / "ets_w4_s1.jsonl", "1000", 150)
     base, ets = str(tmp_path / "rebase_w4"), str(tmp_path / "ets_w4")
-    assert main(["compare", base, ets]) == 0
+    assert main(["compare", "--wide", base, ets]) == 0
     line = capsys.readouterr().out.strip()
     # per problem, REBASE's shares 1, 2/3, 1/3, 0 (mean 50%), ETS's 1/2, 0, 0, 0 (12.5%)
     assert line.startswith(f"{ets} (seeds 0,1) vs {base} (seeds 0,1,10): accuracy 12.5% vs 50.0%, -37.5 points")
     assert "better on 0 problems, worse on 3, of 4; sign test p = 0.25)" in line
     assert line.endswith("KV size/problem 100 vs 200 (2.00x smaller)")
     # one seed file against another run's pool; a name that is neither a file nor a run: exit 2
-    assert main(["compare", str(tmp_path / "ets_w4_s0.jsonl"), base]) == 0
+    assert main(["compare", "--wide", str(tmp_path / "ets_w4_s0.jsonl"), base]) == 0
     assert capsys.readouterr().out.startswith(f"{base} (seeds 0,1,10) vs {tmp_path / 'ets_w4_s0.jsonl'}: accuracy 50.0% vs 0.0%")
     # a seed that has searched fewer problems (still running) is named with its count
     write_run(tmp_path / "ets_w4_s2.jsonl", "1", 50)
-    assert main(["compare", base, ets]) == 0
+    assert main(["compare", "--wide", base, ets]) == 0
     assert capsys.readouterr().out.startswith(f"{ets} (seeds 0,1,2: 4/4/1 problems) vs {base} (seeds 0,1,10): ")
+    assert main(["compare", base, ets]) == 0   # by default by file name, with the seeds
+    assert capsys.readouterr().out.startswith("ets_w4 (seeds 0,1,2: 4/4/1 problems) vs rebase_w4 (seeds 0,1,10), on ")
     assert main(["compare", base, str(tmp_path / "dvts_w4")]) == 2
     err = capsys.readouterr().err
     assert "neither a results file nor a sweep's run" in err and len(err.strip().splitlines()) == 1
@@ -195,22 +208,28 @@ def test_one_runs_accuracy_interval_is_over_its_problems():
     assert accuracy_interval([outcomes("10"), outcomes("11")]) == (0.5, 1.0)
 
 
-def test_plots_of_one_seed_show_the_accuracys_interval_over_problems(tmp_path):
-    from ets.app.report import _spread, plot_methods, plot_title
+def test_plots_show_the_accuracys_interval_over_problems(tmp_path):
+    from ets.app.report import error_bars, plot_methods, plot_title
     from ets.config import load_config
 
     rows = [dict(method=m, width=64, seed=0, problems=200, accuracy=rights.count("1") / 200, kv_size_per_problem=kv,
                  correct_by_problem=outcomes(rights))
             for m, rights, kv in (("rebase", "10" * 100, 100), ("ets", "1000" * 50, 60))]
-    below, above = _spread(rows, "accuracy", 100.0)
+    below, above = error_bars(rows, "accuracy", 100.0)
     assert all(2 < b < 10 for b in below + above)            # points, each side of the accuracy
     assert below[1] < below[0]                               # 25% right varies less than 50%
-    assert _spread(rows, "kv_size_per_problem") is None      # one seed: no spread to show there
+    assert error_bars(rows, "kv_size_per_problem") is None   # one seed: no spread to show there
     title = plot_title(load_config(TINY), rows)
-    assert "1 seed (0); accuracy's error bars: 95% interval over the problems (bootstrap)" in title
-    plot_methods(rows, tmp_path / "m.png", title)
-    assert (tmp_path / "m.png").stat().st_size > 10_000
-    # several seeds: the sd over seeds, as before
-    seeded = [dict(r, seeds=3, seed_list="0,1,2", accuracy_sd=0.05) for r in rows]
-    assert _spread(seeded, "accuracy", 100.0) == [5.0, 5.0]
-    assert "accuracy's error bars" not in plot_title(load_config(TINY), seeded)
+    assert "error bars: accuracy's 95% interval over the problems (bootstrap)" in title.splitlines()
+    assert [p.name for p in plot_methods(rows, tmp_path / "m.png", title)] == ["m.png", "m.pdf"]
+    assert (tmp_path / "m.png").stat().st_size > 10_000 and (tmp_path / "m.pdf").read_bytes()[:4] == b"%PDF"
+    # several seeds that know their problems: still the interval over the problems (each
+    # problem its share right over the seeds); the other figures' bars are their sd over seeds
+    seeded = [dict(r, seeds=3, seed_list="0,1,2", accuracy_sd=0.05, kv_size_per_problem_sd=4.0) for r in rows]
+    assert error_bars(seeded, "accuracy", 100.0) == [below, above]
+    assert error_bars(seeded, "kv_size_per_problem") == [[4.0, 4.0], [4.0, 4.0]]
+    assert "; others ± 1 sd over seeds" in plot_title(load_config(TINY), seeded)
+    # means over seeds read back from a table (no outcomes): one sd over seeds
+    plain = [{k: v for k, v in r.items() if k != "correct_by_problem"} for r in seeded]
+    assert error_bars(plain, "accuracy", 100.0) == [[5.0, 5.0], [5.0, 5.0]]
+    assert plot_title(load_config(TINY), plain).splitlines()[-1] == "error bars: ± 1 sd over seeds"

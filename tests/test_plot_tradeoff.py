@@ -33,7 +33,7 @@ def test_points_from_several_sweeps(tmp_path):
     done = _run("--out", str(out), "--point", f"REBASE, W=64={both}@rebase", "--point", f"ETS={both}@ets",
                 "--point", f"ETS 0.5={one / 'table.csv'}")
     assert done.returncode == 0, done.stderr
-    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert out.read_bytes()[:4] == b"\x89PNG" and out.with_suffix(".pdf").read_bytes()[:4] == b"%PDF"
     assert "REBASE, W=64 60.0% at 98,000; ETS 44.0% at 64,000; ETS 0.5 52.0% at 80,000" in done.stdout
 
 

@@ -121,7 +121,7 @@ def texts(path):
 def test_sweep_with_two_seeds_end_to_end(tmp_path, capsys):
     out = tmp_path / "sw"
     argv = ["sweep", "--quiet", "--config", str(TINY), "--methods", "beam,rebase", "--widths", "2", "data.limit=2"]
-    assert main([*argv, "--seeds", "0,1", "--out", str(out)]) == 0
+    assert main([*argv, "--seeds", "0,1", "--out", str(out), "--wide"]) == 0   # --wide: table.md's table
     printed = capsys.readouterr().out
     for m in ("beam", "rebase"):
         for s in (0, 1):
@@ -162,12 +162,31 @@ def test_sweep_with_two_seeds_end_to_end(tmp_path, capsys):
     assert len(list(csv.DictReader((out / "table.csv").open()))) == 2
 
 
-def test_plot_titles_name_problems_seeds_and_models():
+def test_plot_titles_name_task_problems_seeds_and_models():
+    from ets.app.demo import demo_config
     from ets.app.report import plot_title
     from ets.config import load_config
 
     config = load_config(TINY)
     title = plot_title(config, [{"problems": 200, "seeds": 3, "seed_list": "0,1,2"}], "ets sweep")
-    assert title.splitlines() == ["ets sweep: 200 problems, 3 seeds (0, 1, 2), mean and error bars of ± 1 sd over seeds",
-                                  "policy tiny:llama, PRM step_tag (tiny:llama)"]
-    assert plot_title(config, [{"problems": 5, "seed": 0}]).startswith("ets sweep: 5 problems, 1 seed (0)\n")
+    assert title.splitlines() == ["ets sweep: tiny, 200 problems, 3 seeds (0, 1, 2)",
+                                  "policy tiny:llama, PRM step_tag (tiny:llama)", "error bars: ± 1 sd over seeds"]
+    assert plot_title(config, [{"problems": 1, "seed": 0, "width": 4}]).startswith(
+        "ets sweep: tiny, 1 problem, W=4, 1 seed (0)\n")
+    # the bundled models and task by name, not by their checkpoint paths
+    demo = plot_title(demo_config(), [{"problems": 5, "seed": 0, "width": 8}], "ets demo, W=8")
+    assert demo.splitlines() == ["ets demo, W=8: demo task, 5 problems, 1 seed (0)",
+                                 "policy demo policy, PRM step_tag (demo PRM)"]
+
+
+def test_model_and_task_labels_are_short_names(tmp_path):
+    from ets.app.report import model_label, task_label
+
+    run = tmp_path / "runs" / "prm-v2"
+    (run / "checkpoint-500").mkdir(parents=True)
+    assert model_label(str(run)) == "prm-v2" and model_label(str(run / "checkpoint-500")) == "prm-v2/checkpoint-500"
+    assert model_label("Qwen/Qwen2.5-Math-1.5B-Instruct") == "Qwen/Qwen2.5-Math-1.5B-Instruct"
+    assert (model_label("tiny:llama"), model_label(None)) == ("tiny:llama", "none")
+    assert task_label(str(tmp_path / "math500.jsonl")) == "math500"
+    assert task_label(str(tmp_path / "gsm8k" / "test.jsonl")) == "gsm8k/test"
+    assert task_label(hf_name="HuggingFaceH4/MATH-500", hf_split="test") == "HuggingFaceH4/MATH-500 (test)"

@@ -26,6 +26,7 @@ import numpy as np
 from ets.answers.accuracy import nothing_to_grade
 from ets.answers.aggregate import choose_answer
 from ets.answers.grading import is_equivalent
+from ets.app.terminal import plural
 
 # selection -> the vote of choose_answer that makes it
 SELECTIONS = {"naive": "best", "weighted": "weighted", "majority": "majority"}
@@ -103,7 +104,8 @@ def _summary(accuracy: np.ndarray) -> dict[str, list[float]]:
 def at_n_table(figures: dict[str, Any]) -> list[str]:
     """Markdown, under 80 columns: a row per n, a column per selection, `mean ± sd` in %."""
     lines = [
-        f"Accuracy (%) at n of each problem's trajectories, {figures['problems']} problems (W = {figures['width']}),"
+        f"Accuracy (%) at n of each problem's trajectories, {plural(figures['problems'], 'problem')} "
+        f"(W = {figures['width']}),"
         + (f" {figures['ungraded']} without a ground truth not counted," if figures.get("ungraded") else ""),
         f"agg={figures['aggregation']}: mean ± sample sd over {figures['draws']} "
         f"draw{'s' if figures['draws'] != 1 else ''} of n.",

@@ -8,7 +8,8 @@ from typing import Any, Sequence
 
 from ets.app.at_n import SELECTION_LABELS, SELECTIONS
 from ets.app.evaluate import EvalError
-from ets.app.report import models_line
+from ets.app.report import method_label, models_line, task_label
+from ets.app.terminal import plural
 
 
 def plot_paths(plot: str | None, first_file: str) -> tuple[Path, Path]:
@@ -26,15 +27,18 @@ def plot_paths(plot: str | None, first_file: str) -> tuple[Path, Path]:
 
 def at_n_title(figures: dict[str, Any], made: dict[str, Any] | None, records: Sequence[dict[str, Any]],
                files: int = 1) -> str:
-    """What was run: the method and width, problems (and files), draws; the models where
-    the run's config record names them."""
+    """What was run: the method and width, the task (where the run's config record names
+    it), problems (and files), draws; the models where the config record names them."""
     compared, recorded = (made or {}).get("compared", {}), (made or {}).get("recorded", {})
     method = compared.get("search.method") or next((r["method"] for r in records if r.get("method")), None)
     width = compared.get("search.width") or next((r["width"] for r in records if r.get("width")), None)
-    run = ", ".join(x for x in (method, f"W={width}" if width else None) if x) or "results"
+    run = ", ".join(x for x in (method_label(method) if method else None, f"W={width}" if width else None) if x) \
+        or "results"
+    task = recorded.get("data.path") or recorded.get("data.hf_name")
+    task_text = f", {task_label(recorded.get('data.path'), recorded.get('data.hf_name'))}" if task else ""
     files_text = f" in {files} files" if files > 1 else ""
-    head = (f"{run}: {figures['problems']} problems{files_text}, agg={figures['aggregation']}, "
-            f"{figures['draws']} draws of n")
+    head = (f"{run}{task_text}: {plural(figures['problems'], 'problem')}{files_text}, agg={figures['aggregation']}, "
+            f"{plural(figures['draws'], 'draw')} of n")
     if not made:
         return head
     policy = recorded.get("policy.model") or compared.get("policy.model")
@@ -64,7 +68,7 @@ def plot_at_n(figures: dict[str, Any], paths: Sequence[Path], title: str = "") -
     ax.set_ylim(0, 100)
     ax.set_xlabel(f"n: trajectories drawn per problem (of up to {figures['width']}; log scale)")
     ax.set_ylabel("accuracy (%)")
-    ax.set_title(f"accuracy at n: mean and ± 1 sd over {figures['draws']} draws", fontsize=10)
+    ax.set_title(f"accuracy at n: mean and ± 1 sd over {plural(figures['draws'], 'draw')}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     if title:
@@ -73,7 +77,7 @@ def plot_at_n(figures: dict[str, Any], paths: Sequence[Path], title: str = "") -
     try:
         for path in paths:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, dpi=110)
+            fig.savefig(path, dpi=150)
     except OSError as exc:
         raise EvalError(f"--plot {path}: cannot write there ({exc.strerror or exc}); pass another --plot PATH") from None
     finally:

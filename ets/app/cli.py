@@ -14,8 +14,11 @@
     ets presets [NAME]                              presets by model name, and the ETS code's model types
     ets --version
 
-Every command takes `--quiet` (no progress bars, transformers' included, and only errors
-logged) and `--log-level DEBUG|INFO|WARNING|ERROR`. `run`, `sweep` and `demo` resume their
+Every command takes `--quiet` (no progress bars, only errors logged) and `--log-level
+DEBUG|INFO|WARNING|ERROR`; loading models draws no bars and logs no warnings of
+transformers' or the hub's (they would cut through the run's one bar) unless DEBUG. What
+`demo`, `sweep` and `compare` print fits 100 columns (the key figures, numbers as 98.7k);
+`--wide` prints every column and the comparisons in full. `run`, `sweep` and `demo` resume their
 output when rerun with the same config, refuse an output made by another config (naming
 the keys that differ), and take `--overwrite` to start it afresh.
 
@@ -68,20 +71,22 @@ def _run(args: argparse.Namespace) -> int:
 
         print(check_config(config), end="")
         return 0
+    from ets.app.terminal import plural, wrap
+
     summary = run(config, show_progress=not args.quiet, overwrite=args.overwrite, workers=args.workers,
                   ray_address=args.ray_address)
-    print(f"wrote {config.output} ({summary['problems']} problems, {summary['new_problems']} new)")
+    print(f"wrote {config.output} ({plural(summary['problems'], 'problem')}, {summary['new_problems']} new)")
     print(
-        f"accuracy {summary['accuracy']:.3f} | kv_size/problem {summary['kv_size_per_problem']:.0f} "
-        f"(ETS code's metric {_num(summary.get('kv_size_ref_per_problem'), '.0f')}) | "
-        f"{_num(summary.get('tokens_per_s'), '.1f')} tokens/s | wall {_num(summary.get('wall_time'), '.1f')} s"
+        f"accuracy {summary['accuracy']:.3f} | KV size/problem {summary['kv_size_per_problem']:,.0f} "
+        f"(ETS code's metric {_num(summary.get('kv_size_ref_per_problem'), ',.0f')}) | "
+        f"{_num(summary.get('tokens_per_s'), ',.0f')} tokens/s | wall {_num(summary.get('wall_time'), '.1f')} s"
     )
     if summary.get("expand_seconds"):
         print(_phases_line(summary))
     if (line := embedding_line(summary)) is not None:
         print(line)
     if (line := _full_pool_line(summary)) is not None:
-        print(line)
+        print("\n".join(wrap(line)))
     return _workers_lines(summary)
 
 
@@ -120,7 +125,7 @@ def _workers_lines(summary: dict) -> int:
         return 0
     total = w["memory_total"]
     print(f"workers {w['count']} | restarts {w['restarts']} | retries {w['retries']} | "
-          f"peak KV tokens {_num(total.get('peak_live_tokens'), '.0f')} in all | peak RSS {total['peak_rss_mib']:.0f} MiB in all")
+          f"peak KV {_num(total.get('peak_live_tokens'), ',.0f')} tokens, RSS {total['peak_rss_mib']:,.0f} MiB in all")
     for pid, why in w["failed"].items():
         print(f"ets: problem {pid!r} not written: {why}", file=sys.stderr)
     return 1 if w["failed"] else 0
@@ -128,16 +133,18 @@ def _workers_lines(summary: dict) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from ets.app.evaluate import EvalError
-    from ets.app.paired import compare_lines
+    from ets.app.paired import compare_lines, compare_runs
     from ets.app.result_runs import load_runs
+    from ets.app.terminal import comparison_blocks, short_names
 
     loaded = load_runs("compare", (args.base, *args.others), "whose records say whether each answer was right")
-    runs = [(path + seeds, records) for path, seeds, records in loaded]
+    names = ([path + seeds for path, seeds, _ in loaded] if args.wide
+             else short_names([path for path, _, _ in loaded], [seeds for _, seeds, _ in loaded]))
     try:
-        lines = compare_lines(runs[0], runs[1:])
+        comparisons = compare_runs((names[0], loaded[0][2]), [(n, r) for n, (_, _, r) in zip(names[1:], loaded[1:])])
     except ValueError as exc:
         raise EvalError(str(exc)) from None
-    for line in lines:
+    for line in compare_lines(comparisons) if args.wide else comparison_blocks(comparisons):
         print(line)
     return 0
 
@@ -151,10 +158,11 @@ def _diagnose(args: argparse.Namespace) -> int:
         raise EvalError(f"--prefix-steps {args.prefix_steps}: give a number of steps >= 1")
     if len(set(args.files)) < len(args.files):
         raise EvalError(f"{' '.join(args.files)}: a file is named twice; list each once")
+    from ets.app.terminal import short_names
+
     loaded = load_runs("diagnose", args.files, "whose trajectories keep their steps and finish reasons")
     # columns by file name (with its seeds), else by path where two files share a name
-    short = [os.path.basename(path.removesuffix(".jsonl")) + seeds for path, seeds, _ in loaded]
-    names = short if len(set(short)) == len(short) else [path + seeds for path, seeds, _ in loaded]
+    names = short_names([path for path, _, _ in loaded], [seeds for _, seeds, _ in loaded])
     runs = []
     for name, (_, _, per_seed) in zip(names, loaded):
         # over seeds, each (problem, seed) search counts as one of the column's problems
@@ -240,12 +248,13 @@ def _at_n(args: argparse.Namespace, run) -> int:
 def _rescore(args: argparse.Namespace) -> int:
     from ets.config import load_config
     from ets.app.rescore import rescore
+    from ets.app.terminal import plural
 
     config = dataclasses.replace(load_config(args.config, list(args.overrides)), output=args.output)
     summary = rescore(args.source, config, show_progress=not args.quiet, overwrite=args.overwrite)
-    print(f"wrote {config.output} ({summary['problems']} problems, {summary['new_problems']} new; "
+    print(f"wrote {config.output} ({plural(summary['problems'], 'problem')}, {summary['new_problems']} new; "
           f"{_num(summary.get('rescore_seconds'), '.1f')} s of scoring)")
-    print(f"accuracy {summary['accuracy']:.3f} | kv_size/problem {summary['kv_size_per_problem']:.0f} "
+    print(f"accuracy {summary['accuracy']:.3f} | KV size/problem {summary['kv_size_per_problem']:,.0f} "
           f"(the sampling run's)")
     return 0
 
@@ -254,8 +263,8 @@ def _demo(args: argparse.Namespace) -> int:
     import time
 
     from ets.app.demo import demo_jobs, demo_title, run_demo
-    from ets.app.report import markdown_table
-    from ets.app.sweep import parse_methods, parse_seeds, relative_to_rebase
+    from ets.app.sweep import parse_methods, parse_seeds
+    from ets.app.terminal import sweep_lines
 
     methods = _distinct(parse_methods(args.methods), "--methods")
     seeds = _distinct(parse_seeds(args.seeds), "--seeds") if args.seeds is not None else None
@@ -266,10 +275,8 @@ def _demo(args: argparse.Namespace) -> int:
                     jobs=jobs)
     print()
     print(demo_title(rows, args.width, seeds, jobs))
-    print(markdown_table(rows))
-    for line in relative_to_rebase(rows):
-        print(line)
-    print(f"\nresults, table.md/.csv and methods.png in {args.out}/ ({time.perf_counter() - start:.0f}s)")
+    print("\n".join(sweep_lines(rows, args.wide)))
+    print(f"\nresults, table.md/.csv and methods.png/.pdf in {args.out}/ ({time.perf_counter() - start:.0f} s)")
     return 0
 
 
@@ -279,8 +286,8 @@ def _sweep(args: argparse.Namespace) -> int:
     from ets.config import load_config
     from ets.data import load_problems
     from ets.app.output import check_outputs
-    from ets.app.report import markdown_table
-    from ets.app.sweep import parse_methods, parse_seeds, parse_widths, relative_to_rebase, run_sweep, sweep_configs
+    from ets.app.sweep import parse_methods, parse_seeds, parse_widths, run_sweep, sweep_configs
+    from ets.app.terminal import sweep_lines
 
     config = load_config(args.config, list(args.overrides))
     # Everything is validated before any work starts.
@@ -293,10 +300,8 @@ def _sweep(args: argparse.Namespace) -> int:
     rows = run_sweep(config, methods, widths, out, show_progress=not args.quiet, workers=args.workers,
                      ray_address=args.ray_address, seeds=seeds, jobs=args.jobs)
     print()
-    print(markdown_table(rows))
-    for line in relative_to_rebase(rows):
-        print(line)
-    print(f"\ntable.md, table.csv and plots in {out}/")
+    print("\n".join(sweep_lines(rows, args.wide)))
+    print(f"\ntable.md, table.csv and plots (PNG and PDF) in {out}/")
     return 0
 
 
@@ -351,6 +356,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     common = _common("no progress bars (transformers' included), only errors logged")
     overwrite = argparse.ArgumentParser(add_help=False)
+    wide = argparse.ArgumentParser(add_help=False)
+    wide.add_argument("--wide", action="store_true",
+                      help="print every column and the comparisons in full (default: the key figures, within 100 "
+                           "columns; every column is in table.md and table.csv either way)")
     overwrite.add_argument("--overwrite", action="store_true",
                            help="start the output afresh: its old results are removed (default: resume it)")
     distributed = argparse.ArgumentParser(add_help=False)
@@ -363,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs_help = ("runs at a time, each in its own process with its own models, the cores shared out as torch "
                  "threads; records do not depend on it, wall times do (runs share the CPU)")
-    p = sub.add_parser("demo", parents=[common, overwrite, distributed],
+    p = sub.add_parser("demo", parents=[common, overwrite, distributed, wide],
                        help="every method on the bundled demo models and task; prints one table")
     # docs/results.md has W=64 on more problems.
     p.add_argument("--width", type=_positive, default=8, help="search width W (default 8)")
@@ -389,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. width=32 method=ets policy.backend=hf")
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("sweep", parents=[common, overwrite, distributed],
+    p = sub.add_parser("sweep", parents=[common, overwrite, distributed, wide],
                        help="methods x widths on one dataset: CSV, Markdown table, PNG plots; resumable")
     p.add_argument("--config", required=True, help="YAML config (dataset, models, search settings)")
     p.add_argument("--methods", help="comma-separated, e.g. best_of_n,beam,dvts,rebase,ets (default: the config's)")
@@ -444,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
                  "(runs/s/rebase_w64_s<seed>.jsonl), each problem counted as its share right over them")
     p.add_argument("base", help="results file (JSONL of `ets run`) the others are compared against" + runs_help)
     p.add_argument("others", nargs="+", metavar="other", help="results files to compare with the base, or sweep runs")
+    p.add_argument("--wide", action="store_true",
+                   help="one line per run, in full: paths as given, the problems each method did better on")
     p.set_defaults(func=_compare)
 
     p = sub.add_parser("diagnose", parents=[common],
@@ -479,7 +490,9 @@ class _StderrHandler(logging.StreamHandler):
 
 def configure_logging(level: str | None, quiet: bool, models: bool) -> None:
     """The root logger at `level` (default WARNING; ERROR when quiet) with one stderr
-    handler; with `models`, transformers' own logging and progress bars follow suit."""
+    handler. With `models`, loading them is quiet unless `level` is DEBUG: transformers'
+    weight-loading bars and warnings, and the hub's bars, would cut through the run's one
+    progress bar (`quiet_model_loading`)."""
     name = level or ("ERROR" if quiet else "WARNING")
     root = logging.getLogger()
     root.setLevel(name)
@@ -487,20 +500,10 @@ def configure_logging(level: str | None, quiet: bool, models: bool) -> None:
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("ets: %(levelname)s: %(name)s: %(message)s"))
         root.addHandler(handler)
-    if not models:
-        return
-    from transformers.utils import logging as hf_logging
+    if models:
+        from ets.models.quiet import quiet_model_loading
 
-    hf_logging.set_verbosity(logging.ERROR if quiet and level is None else getattr(logging, name))
-    if quiet:
-        hf_logging.disable_progress_bar()  # the weight-loading bars
-    else:
-        hf_logging.enable_progress_bar()
-    try:
-        from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
-    except ImportError:
-        return
-    disable_progress_bars() if quiet else enable_progress_bars()
+        quiet_model_loading(name != "DEBUG")
 
 
 def user_errors() -> tuple[type[BaseException], ...]:

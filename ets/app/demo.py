@@ -2,9 +2,10 @@
 
 The bundled policy and step-tag PRM (trained by scripts/train_demo_models.py) search the
 first problems of the demo test set with best-of-N, beam search, DVTS, REBASE and ETS at
-one width, on the engine. It prints one table (accuracy, the paper's KV-size metric, the
-engine's measured peak KV, wall time, throughput) and writes, into its output folder, each
-method's results (JSONL, resumable), the table (Markdown and CSV) and a PNG plot.
+one width, on the engine. It prints the key figures (accuracy, the paper's KV-size metric,
+throughput, the engine's measured peak KV) within 100 columns, every column with `--wide`,
+and writes, into its output folder, each method's results (JSONL, resumable), the full
+table (Markdown and CSV) and a plot (PNG and PDF).
 
 Rerun with the same options to resume. Other options into the same folder (another
 `--problems`, `--width` or `--backend`) are refused before any model loads, naming what
@@ -86,16 +87,19 @@ def demo_jobs() -> int:
 
 
 def demo_title(rows: Sequence[dict[str, Any]], width: int, seeds: Sequence[int] | None = None, jobs: int = 1) -> str:
-    """The line above the demo's table: problems, width, seeds, and how many runs shared
-    the CPU, e.g. `ets demo: 50 problems, width 16, 3 seeds (0, 1, 2): mean ± sd over
-    seeds; 2 runs at a time (wall times are of runs sharing the CPU; --jobs 1 for runs alone)`."""
+    """The lines above the demo's table: problems, width, seeds, and how many runs shared
+    the CPU, e.g. `ets demo: 50 problems, width 16, 3 seeds (0, 1, 2): mean ± sd over seeds`
+    and `2 runs at a time: throughput is of runs sharing the CPU (--jobs 1 for runs alone)`."""
+    from ets.app.terminal import plural
+
     counts = sorted({r["problems"] for r in rows if r.get("problems") is not None})
-    problems = "?" if not counts else str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    problems = "? problems" if not counts else plural(counts[0], "problem") if len(counts) == 1 \
+        else f"{counts[0]}-{counts[-1]} problems"
     seeds = list(seeds) if seeds is not None else [demo_config().search.seed]
     spread = ": mean ± sd over seeds" if len(seeds) > 1 else ""
-    shared = f"; {jobs} runs at a time (wall times are of runs sharing the CPU; --jobs 1 for runs alone)" \
+    shared = f"\n{jobs} runs at a time: throughput is of runs sharing the CPU (--jobs 1 for runs alone)" \
         if jobs > 1 else ""
-    return (f"ets demo: {problems} problems, width {width}, {len(seeds)} seed{'s' if len(seeds) != 1 else ''} "
+    return (f"ets demo: {problems}, width {width}, {plural(len(seeds), 'seed')} "
             f"({', '.join(map(str, seeds))}){spread}{shared}")
 
 

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 from ets.answers.accuracy import nothing_to_grade
 from ets.answers.aggregate import aggregate, group_answers
 from ets.answers.grading import is_equivalent
+from ets.app.terminal import plural
 from ets.config import ANSWER_RULES
 from ets.demo.metrics import mean_auc_within
 
@@ -127,7 +128,7 @@ def diagnose_table(runs: Sequence[tuple[str, Mapping[str, float]]]) -> list[str]
         row("problems where the right answer outnumbers every wrong one", lambda d: f"{d['right_leads']}"),
         row("scores of right against wrong trajectories within a problem (ROC AUC, mean)",
             lambda d: "n/a" if d["score_auc_within"] is None else
-            f"{d['score_auc_within']:.3f} ({d['problems_right_and_wrong']} problems)"),
+            f"{d['score_auc_within']:.3f} ({plural(d['problems_right_and_wrong'], 'problem')})"),
         row("distinct answers per problem", lambda d: f"{d['distinct_answers']:.1f}"),
         row(f"distinct {k}-step prefixes per problem", lambda d: f"{d['distinct_prefixes']:.1f} of {d['trajectories']:.0f}"),
         row("trajectories cut at the depth cap per problem", lambda d: f"{d['cut_at_depth']:.1f}"),

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from ets.config import ConfigError, RunConfig
+from ets.app.terminal import plural
 from ets.app.worker import Worker
 from ets.data import Problem
 from ets.loop.controller import PHASES
@@ -211,7 +212,7 @@ class Driver:
     def _check_alive(self) -> None:
         if (self.queue or self.inflight) and all(s.retired for s in self.slots):
             raise ConfigError(f"every worker was lost and {self.restarts} replacements were made (max_restarts); "
-                              f"{self.written} problems were written, {sum(map(len, self.queue))} are left: rerun the "
+                              f"{plural(self.written, 'problem')} written, {sum(map(len, self.queue))} left: rerun the "
                               "same command to resume (Ray's logs, e.g. /tmp/ray/session_latest/logs, say why)")
 
     def _next(self, dispatch: bool) -> None:

@@ -20,6 +20,8 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from ets.app.terminal import plural
+
 CONFIDENCE = 0.95
 RESAMPLES = 10_000
 
@@ -112,18 +114,30 @@ def _shares(runs) -> dict[str, float]:
     return {p: sum(oks) / len(oks) for p, oks in right.items()}
 
 
-def compare_lines(base: tuple[str, Sequence[Sequence[Mapping[str, Any]]]],
-                  others: Sequence[tuple[str, Sequence[Sequence[Mapping[str, Any]]]]]) -> list[str]:
-    """`ets compare`: per other run, its accuracy and KV size against the base run's on the
-    problems both searched, as one line each. A run is (name, its records per seed: one list
-    of records as `ets run` writes them for each seed it ran with); over several seeds a
-    problem counts as its share right and its mean KV size. Problems without a ground truth
-    (`correct: null`) are left out, and the line says how many. Raises ValueError naming
-    the runs when two share no problem with a ground truth."""
+class Comparison(NamedTuple):
+    """One run against the base run of `ets compare`, on the problems both searched."""
+    name: str
+    base_name: str
+    accuracy: float          # fractions, over the shared problems
+    base_accuracy: float
+    difference: PairedDifference
+    kv_size: float           # KV size per problem (mean over the shared problems)
+    base_kv_size: float
+    ungraded: int = 0        # problems both searched that have no ground truth, left out
+
+
+def compare_runs(base: tuple[str, Sequence[Sequence[Mapping[str, Any]]]],
+                 others: Sequence[tuple[str, Sequence[Sequence[Mapping[str, Any]]]]]) -> list[Comparison]:
+    """`ets compare`: each other run's accuracy and KV size against the base run's on the
+    problems both searched. A run is (name, its records per seed: one list of records as
+    `ets run` writes them for each seed it ran with); over several seeds a problem counts
+    as its share right and its mean KV size. Problems without a ground truth
+    (`correct: null`) are left out and counted. Raises ValueError naming the runs when two
+    share no problem with a ground truth."""
     base_name, base_runs = base
     base_right, base_kv = [correct_by_problem(r) for r in base_runs], _mean_by_problem(base_runs, "kv_size")
     base_share = _shares(base_right)
-    lines = []
+    found = []
     for name, runs in others:
         right, kv = [correct_by_problem(r) for r in runs], _mean_by_problem(runs, "kv_size")
         share = _shares(right)
@@ -134,13 +148,17 @@ def compare_lines(base: tuple[str, Sequence[Sequence[Mapping[str, Any]]]],
             raise ValueError(f"{name} and {base_name} share no {what}: compare runs over the same dataset")
         d = paired_difference(_only(right, shared), _only(base_right, shared))
         acc, base_acc = (sum(sh[p] for p in shared) / len(shared) for sh in (share, base_share))
-        kv_sum, base_kv_sum = (sum(k[p] for p in shared) for k in (kv, base_kv))
-        lines.append(f"{name} vs {base_name}: accuracy {acc:.1%} vs {base_acc:.1%}, {d.text()}; "
-                     f"KV size/problem {kv_sum / len(shared):,.0f} vs {base_kv_sum / len(shared):,.0f} "
-                     f"({size_change(base_kv_sum, kv_sum)})"
-                     + (f"; {ungraded} shared problem{'s' if ungraded != 1 else ''} without a ground truth left out"
-                        if ungraded else ""))
-    return lines
+        kv_mean, base_kv_mean = (sum(k[p] for p in shared) / len(shared) for k in (kv, base_kv))
+        found.append(Comparison(name, base_name, acc, base_acc, d, kv_mean, base_kv_mean, ungraded))
+    return found
+
+
+def compare_lines(comparisons: Sequence[Comparison]) -> list[str]:
+    """The comparisons of `compare_runs` in full, one line each."""
+    return [f"{c.name} vs {c.base_name}: accuracy {c.accuracy:.1%} vs {c.base_accuracy:.1%}, {c.difference.text()}; "
+            f"KV size/problem {c.kv_size:,.0f} vs {c.base_kv_size:,.0f} ({size_change(c.base_kv_size, c.kv_size)})"
+            + (f"; {plural(c.ungraded, 'shared problem')} without a ground truth left out" if c.ungraded else "")
+            for c in comparisons]
 
 
 def _only(runs: list[dict[str, bool]], problems: Sequence[str]) -> list[dict[str, bool]]:

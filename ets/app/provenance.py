@@ -52,6 +52,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from ets.app.terminal import plural
 from ets.config import MARKED_ANSWER_RULES, RunConfig
 from ets.data import Problem
 from ets.plugins import source_fingerprint
@@ -150,7 +151,7 @@ def check_records(records: Sequence[dict[str, Any]], problems: Sequence[Problem]
     by_id = {p.id: p for p in problems}
     foreign = [r["id"] for r in records if r["id"] not in by_id]
     if foreign:
-        return (f"{len(foreign)} of the {len(records)} problems it holds are not among this run's problems "
+        return (f"{len(foreign)} of the {plural(len(records), 'problem')} it holds are not among this run's problems "
                 f"(e.g. id {foreign[0]!r}; another data file, a smaller data.limit, or a problem "
                 "removed from the data)")
     for r in records:

@@ -3,15 +3,21 @@
 Rows are the dicts `ets.app.run.run` returns, plus `method` and `width`. Both KV-size
 metrics are columns: the project's (prompt counted) and the ETS code's (prompt as 2 tokens,
 its selection steps only), which is the one the paper's ratios are on. The Markdown
-table is what `ets demo` prints and `docs/results.md` shows; the CSV has every column;
-the plots are for people who would rather look than read. Rows that are means over seeds
-(ets/app/sweep.py `aggregate_seeds`: `seeds` > 1, `<key>_sd` beside each mean) print as
-`mean ± sd` and plot with error bars of one sd.
+table is table.md (and what `ets demo --wide` prints; ets/app/terminal.py has the narrow
+one); the CSV has every column; the plots (PNG and PDF) are for people who would rather
+look than read. Rows that are means over seeds (ets/app/sweep.py `aggregate_seeds`:
+`seeds` > 1, `<key>_sd` beside each mean) print as `mean ± sd`.
+
+Error bars: the accuracy's 95% interval over the problems (bootstrap, ets/app/paired.py)
+wherever the rows know each problem's outcome, over one seed or several; otherwise (rows
+read back from a table.csv of old) one sd over the seeds. Other figures: one sd over the
+seeds. No bar reaches below 0, nor an accuracy above 100%.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -80,6 +86,10 @@ def _seeds(rows: Sequence[dict[str, Any]], default: int | None = None) -> list[s
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
+    """Every column that is not a mapping or list; where a row knows each problem's outcome,
+    its accuracy's 95% interval over the problems beside it (`accuracy_ci_low`, `_high`),
+    so that the plots redrawn from the table alone (scripts/plot_table.py) show it."""
+    rows = [_with_interval(r) for r in rows]
     keys: list[str] = []
     for r in rows:
         keys += [k for k in r if k not in keys and not isinstance(r[k], (dict, list))]
@@ -89,36 +99,133 @@ def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
         writer.writerows(rows)
 
 
+def read_table(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a table.csv that `write_csv` wrote, numbers as numbers (whole ones as
+    int), an empty cell left out (a row of one seed in a table of several has no `seeds`):
+    what the plots take."""
+    def value(text: str) -> Any:
+        for kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                pass
+        return text
+
+    with open(path, newline="") as fh:
+        return [{k: value(v) for k, v in r.items() if v != ""} for r in csv.DictReader(fh)]
+
+
+def _with_interval(row: dict[str, Any]) -> dict[str, Any]:
+    bounds = accuracy_bounds(row)
+    if bounds is None or "accuracy_ci_low" in row:
+        return row
+    at = list(row).index("accuracy") + 1 if "accuracy" in row else len(row)
+    items = list(row.items())
+    return dict(items[:at] + [("accuracy_ci_low", bounds[0]), ("accuracy_ci_high", bounds[1])] + items[at:])
+
+
+def accuracy_bounds(row: dict[str, Any]) -> tuple[float, float] | None:
+    """The accuracy's 95% interval over the problems (fractions): from the row's own
+    columns (a table.csv read back), or each problem's outcome over its seeds; for a row
+    of one seed, from its count of problems right (each problem is right or wrong, so the
+    resampling depends on that count alone). None for a mean over seeds that keeps
+    neither (a table.csv written before the interval was kept)."""
+    from ets.app.paired import accuracy_interval
+
+    if row.get("accuracy_ci_low") is not None and row.get("accuracy_ci_high") is not None:
+        return float(row["accuracy_ci_low"]), float(row["accuracy_ci_high"])
+    if row.get("correct_by_problem"):
+        return accuracy_interval(row["correct_by_problem"])
+    problems, accuracy = row.get("problems"), row.get("accuracy")
+    if row.get("seeds", 1) == 1 and isinstance(problems, int) and problems > 0 and accuracy is not None:
+        right = round(accuracy * problems)
+        return accuracy_interval({str(i): i < right for i in range(problems)})
+    return None
+
+
+# Names the plots give methods, and a colour each keeps in every figure.
+METHOD_LABELS = {"best_of_n": "best-of-N", "beam": "beam", "dvts": "DVTS", "rebase": "REBASE", "ets": "ETS"}
+_METHOD_COLOURS = {"best_of_n": "C0", "beam": "C1", "dvts": "C4", "rebase": "C2", "ets": "C3"}
+# A checkpoint folder's own name says little ("checkpoint-500"): its parent's goes with it.
+_GENERIC_FOLDER = re.compile(r"(checkpoint|step|epoch|global_step|iter)[-_]?\d+|final|best|last|latest|model|hf",
+                             re.IGNORECASE)
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+def _colours(methods: Sequence[str]) -> dict[str, str]:
+    """The built-in methods their own colours; others the next free ones, in order."""
+    free = iter(f"C{i}" for i in range(5, 100))
+    return {m: _METHOD_COLOURS.get(m) or next(free) for m in methods}
+
+
+def _demo_names() -> dict[Path, str]:
+    from ets.demo import POLICY_PATH, PRM_PATH, TEST_PATH
+
+    return {POLICY_PATH.resolve(): "demo policy", PRM_PATH.resolve(): "demo PRM", TEST_PATH.resolve(): "demo task"}
+
+
 def model_label(name: str | None) -> str:
-    """A model as a title names it: a hub id or a built-in as given; a local path relative
-    to the project (or the working folder), else its last two parts."""
+    """A model as a title names it: a hub id or a built-in (`tiny:llama`) as given; the
+    bundled demo models as such; another folder by its name (with its parent's where the
+    name is a checkpoint's, e.g. `run7/checkpoint-500`), never the whole path."""
     if not name:
         return "none"
-    path = Path(name)
-    if not (path.is_absolute() or path.exists()):
+    path = Path(name).expanduser()
+    if not (path.is_absolute() or path.exists() or name.startswith((".", "~"))):
         return name
     path = path.resolve()
-    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        try:
-            return str(path.relative_to(root))
-        except ValueError:
-            continue
-    return "/".join(path.parts[-2:])
+    if path in _demo_names():
+        return _demo_names()[path]
+    if _GENERIC_FOLDER.fullmatch(path.name) and path.parent.name:
+        return f"{path.parent.name}/{path.name}"
+    return path.name
+
+
+def task_label(path: str | None = None, hf_name: str | None = None, hf_split: str | None = None) -> str:
+    """The problems' source as a title names it: a hub dataset by name (and split), the
+    demo's test set as `demo task`, a file by its name (with its folder's where the name is
+    a split's, e.g. `math500/test`)."""
+    if hf_name:
+        return f"{hf_name} ({hf_split})" if hf_split else hf_name
+    if not path:
+        return "problems"
+    file = Path(path).expanduser().resolve()
+    if file in _demo_names():
+        return _demo_names()[file]
+    if file.stem.lower() in ("test", "train", "validation", "val", "dev", "data", "problems") and file.parent.name:
+        return f"{file.parent.name}/{file.stem}"
+    return file.stem
 
 
 def plot_title(config, rows: Sequence[dict[str, Any]], prefix: str = "ets sweep") -> str:
-    """Two lines: what was run (problems, seeds) and with which models, e.g.
-    `ets demo, W=16: 50 problems, 3 seeds (0, 1, 2)` / `policy ..., PRM step_tag (...)`."""
+    """Up to three lines: what was run (the task, problems, widths, seeds), with which
+    models, and what the error bars are, e.g. `ets demo, W=16: demo task, 50 problems,
+    3 seeds (0, 1, 2)` / `policy demo policy, PRM step_tag (demo PRM)` / `error bars: ...`."""
+    from ets.app.terminal import plural
+
     counts = sorted({r["problems"] for r in rows if r.get("problems") is not None})
-    problems = "?" if not counts else str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    problems = "? problems" if not counts else plural(counts[0], "problem") if len(counts) == 1 \
+        else f"{counts[0]}-{counts[-1]} problems"
     seeds = _seeds(rows, config.search.seed)
-    seed_text = f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''} ({', '.join(seeds)})"
-    if len(seeds) > 1:
-        seed_text += ", mean and error bars of ± 1 sd over seeds"
-    elif _intervals_known(rows):
-        seed_text += "; accuracy's error bars: 95% interval over the problems (bootstrap)"
-    return f"{prefix}: {problems} problems, {seed_text}\n" + models_line(config.policy.model, config.reward.name,
-                                                                       config.reward.model)
+    widths = sorted({r["width"] for r in rows if r.get("width") is not None})
+    width_text = "" if not widths or "W=" in prefix else f", W={'/'.join(map(str, widths))}"
+    task = task_label(config.data.path, config.data.hf_name, config.data.hf_split if config.data.hf_name else None)
+    head = f"{prefix}: {task}, {problems}{width_text}, {plural(len(seeds), 'seed')} ({', '.join(seeds)})"
+    lines = [head, models_line(config.policy.model, config.reward.name, config.reward.model)]
+    bars = error_bars_text(rows)
+    return "\n".join(lines + ([bars] if bars else []))
+
+
+def error_bars_text(rows: Sequence[dict[str, Any]]) -> str:
+    """What the plots' error bars are, for a title; "" when they show none."""
+    several = any(r.get("seeds", 1) > 1 for r in rows)
+    if rows and all(accuracy_bounds(r) is not None for r in rows):
+        return ("error bars: accuracy's 95% interval over the problems (bootstrap)"
+                + ("; others ± 1 sd over seeds" if several else ""))
+    return "error bars: ± 1 sd over seeds" if several else ""
 
 
 def models_line(policy_model: str | None, reward_name: str | None, reward_model: str | None) -> str:
@@ -127,107 +234,203 @@ def models_line(policy_model: str | None, reward_name: str | None, reward_model:
     return f"policy {model_label(policy_model)}, PRM {prm}"
 
 
-def _spread(rows: Sequence[dict[str, Any]], key: str, scale: float = 1.0):
-    """Error bars: each row's sd over seeds (scaled); for the accuracy of rows of one seed
-    that know each problem's outcome, its 95% interval over the problems (`[below, above]`,
-    ets/app/paired.py); None when neither."""
-    if any(r.get("seeds", 1) > 1 for r in rows):
-        return [(r.get(f"{key}_sd") or 0.0) * scale if r.get("seeds", 1) > 1 else 0.0 for r in rows]
-    if key == "accuracy" and _intervals_known(rows):
-        from ets.app.paired import accuracy_interval
-
-        bounds = [accuracy_interval(r["correct_by_problem"]) for r in rows]
-        return [[(r["accuracy"] - low) * scale for r, (low, _) in zip(rows, bounds)],
-                [(high - r["accuracy"]) * scale for r, (_, high) in zip(rows, bounds)]]
-    return None
-
-
-def _intervals_known(rows: Sequence[dict[str, Any]]) -> bool:
-    """Rows of one seed each, every one knowing its problems' outcomes."""
-    return bool(rows) and all(r.get("seeds", 1) == 1 and r.get("correct_by_problem") for r in rows)
+def error_bars(rows: Sequence[dict[str, Any]], key: str, scale: float = 1.0) -> list[list[float]] | None:
+    """[below, above] each row's value (scaled), for matplotlib's `yerr`: the accuracy's
+    95% interval over the problems where every row knows it (`accuracy_bounds`), else one
+    sd over seeds where rows are means over several; never below 0, and an accuracy never
+    above 100%. None when there is no spread to show."""
+    values = [(r.get(key) or 0.0) * scale for r in rows]
+    if key == "accuracy" and rows and all(accuracy_bounds(r) is not None for r in rows):
+        bounds = [accuracy_bounds(r) for r in rows]
+        below = [max(0.0, v - low * scale) for v, (low, _) in zip(values, bounds)]
+        above = [max(0.0, high * scale - v) for v, (_, high) in zip(values, bounds)]
+        return [below, above]
+    if not any(r.get("seeds", 1) > 1 for r in rows):
+        return None
+    sd = [(r.get(f"{key}_sd") or 0.0) * scale if r.get("seeds", 1) > 1 else 0.0 for r in rows]
+    top = scale if key == "accuracy" else float("inf")
+    return [[min(s, v) for s, v in zip(sd, values)], [min(s, top - v) for s, v in zip(sd, values)]]
 
 
-def plot_methods(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> None:
-    """Bars per method: accuracy, both KV-size metrics, measured peak KV, throughput; error
-    bars are the sd over seeds where rows are means over several (`aggregate_seeds`), and
-    for one seed the accuracy's interval over the problems (`_spread`)."""
+def count_formatter():
+    """A tick formatter for counts: 20k, 1.5M, 0.4 (no "m" for milli, as EngFormatter would)."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: f"{v / 1e6:g}M" if abs(v) >= 1e6 else f"{v / 1e3:g}k" if abs(v) >= 1e3
+                         else f"{v:g}")
+
+
+# Where a point's label may go, in points from it: right, then above, left, below, farther out.
+_LABEL_SPOTS = ((5, 4), (5, -11), (-5, 4), (-5, -11), (0, 9), (0, -16), (12, 12), (12, -19), (-12, 12), (-12, -19),
+                (5, 19), (5, -26), (-5, 19), (-5, -26))
+
+
+def label_points(ax, points: Sequence[tuple[float, float, str, str]], fontsize: float = 7) -> None:
+    """Each (x, y, text, colour) labelled beside its point, at the first of `_LABEL_SPOTS`
+    inside the axes that overlaps no label already placed and no other point's marker (two
+    points close together get their labels on different sides, not one over the other);
+    where none is clear, the spot inside the axes that overlaps least. Call it once
+    everything else is drawn: it reads the axes' final scale."""
+    ax.autoscale_view()
+    renderer = ax.figure.canvas.get_renderer()
+    pixels = ax.transData.transform([(x, y) for x, y, _, _ in points]) if points else []
+    frame = ax.get_window_extent(renderer)
+    taken: list[tuple[float, float, float, float]] = []
+
+    def overlap(a, b) -> float:
+        return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+    for i, (x, y, text, colour) in enumerate(points):
+        markers = [(px - 4, py - 4, px + 4, py + 4) for j, (px, py) in enumerate(pixels) if j != i]
+        best = None
+        for dx, dy in _LABEL_SPOTS:
+            ha = "left" if dx > 0 else "right" if dx < 0 else "center"
+            label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
+                                color=colour, ha=ha, va="bottom",
+                                bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none",
+                                      "alpha": 0.75})
+            e = label.get_window_extent(renderer)
+            box = (e.x0, e.y0, e.x1, e.y1)
+            inside = frame.x0 <= e.x0 and e.x1 <= frame.x1 and frame.y0 <= e.y0 and e.y1 <= frame.y1
+            cost = (0.0 if inside else 1e9) + sum(overlap(box, b) for b in taken + markers)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, label, box)
+            else:
+                label.remove()
+            if cost == 0:
+                break
+        taken.append(best[2])
+
+
+def save_figure(fig, path: str | Path) -> list[Path]:
+    """The figure as PNG (for screens) and PDF (for papers): `path` with each suffix (a
+    .png or .pdf it has is replaced, any other dot kept: `lambda_c_0.5` -> `lambda_c_0.5.png`)."""
+    path = Path(path)
+    base = path.with_suffix("") if path.suffix.lower() in (".png", ".pdf") else path
+    paths = [base.with_name(base.name + ".png"), base.with_name(base.name + ".pdf")]
+    for p in paths:
+        fig.savefig(p, dpi=150)
+    return paths
+
+
+def pyplot():
+    """matplotlib's pyplot, drawing to files (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_methods(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> list[Path]:
+    """Bars per method: accuracy, both KV-size metrics, measured peak KV, throughput, with
+    error bars (`error_bars`) and each bar's value above it; written as `path` (PNG) and
+    its .pdf, returned."""
+    plt = pyplot()
+    from ets.app.terminal import compact
+
     panels = (
-        ("accuracy", "accuracy", "accuracy (%)", 100.0),
-        ("kv_size_per_problem", "KV size per problem (paper metric, prompt counted)", "tokens", 1.0),
-        ("kv_size_ref_per_problem", "KV size per problem (ETS code's metric)", "tokens", 1.0),
-        ("peak_kv_tokens", "peak live KV (engine measured)", "tokens", 1.0),
-        ("problems_per_s", "throughput (problems/s)", "problems/s", 1.0),
-        ("tokens_per_s", "throughput (tokens/s)", "generated tokens/s", 1.0),
+        ("accuracy", "accuracy (%)", 100.0),
+        ("kv_size_per_problem", "KV size per problem, paper metric (tokens)", 1.0),
+        ("kv_size_ref_per_problem", "KV size per problem, ETS code's metric (tokens)", 1.0),
+        ("peak_kv_tokens", "peak live KV, engine measured (tokens)", 1.0),
+        ("problems_per_s", "throughput (problems/s)", 1.0),
+        ("tokens_per_s", "throughput (generated tokens/s)", 1.0),
     )
-    labels = [f"{r['method']}\nW={r['width']}" for r in rows]
-    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
-    for ax, (key, name, unit, scale) in zip(axes.flat, panels):
+    one_width = len({r["width"] for r in rows}) == 1
+    labels = [method_label(r["method"]) if one_width else f"{method_label(r['method'])}\nW={r['width']}" for r in rows]
+    colours = _colours([r["method"] for r in rows])
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+    for ax, (key, name, scale) in zip(axes.flat, panels):
         values = [(r.get(key) or 0) * scale for r in rows]
-        bars = ax.bar(labels, values, yerr=_spread(rows, key, scale), capsize=4,
-                      color=[f"C{i}" for i in range(len(rows))])
-        fmt = "%.1f" if scale == 100.0 else "%.3f" if key == "problems_per_s" else "%.0f"
-        ax.bar_label(bars, fmt=fmt, fontsize=8, label_type="center")
+        bars = error_bars(rows, key, scale)
+        ax.bar(labels, values, yerr=bars, capsize=4, color=[colours[r["method"]] for r in rows],
+               error_kw={"elinewidth": 1.2})
+        # each value above its bar and error bar, clear of both
+        tops = [v + (bars[1][i] if bars else 0) for i, v in enumerate(values)]
+        for i, (v, top, r) in enumerate(zip(values, tops, rows)):
+            text = "n/a" if r.get(key) is None else f"{v:.1f}" if key == "accuracy" else compact(v)
+            ax.annotate(text, (i, top), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom",
+                        fontsize=8)
         ax.set_title(name, fontsize=10)
-        ax.set_ylabel(unit)
+        highest = max(tops, default=0) or 1.0
         if key == "accuracy":
-            ax.set_ylim(0, 100)
+            ax.set_ylim(0, max(100, highest * 1.12))
+            ax.set_yticks(range(0, 101, 20))
+        else:
+            ax.set_ylim(0, highest * 1.15)
+            ax.yaxis.set_major_formatter(count_formatter())
         ax.tick_params(axis="x", labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
     if title:
-        fig.suptitle(title, fontsize=11)
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        return save_figure(fig, Path(path))
+    finally:
+        plt.close(fig)
+
+
+def dodge_factor(index: int, count: int) -> float:
+    """Where the `index`-th of `count` methods sits against a width on a log2 axis, as a
+    factor of the width: 0.08 doublings apart, centred on it (5 methods span a third of a
+    doubling), so that two methods of equal figures show side by side, not one over the other."""
+    return 2 ** (0.08 * (index - (count - 1) / 2))
 
 
 def plot_sweep(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "") -> list[Path]:
-    """One PNG each: accuracy, KV size (both metrics) and throughput vs width; accuracy vs
-    KV size. Error bars: the sd over seeds where rows are means over several; for one seed,
-    the accuracy's interval over the problems (`_spread`)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Accuracy, KV size (both metrics) and throughput vs width, and accuracy vs KV size,
+    each as PNG and PDF; returns their paths. Against width the methods sit a little apart
+    (dodged) so that no line hides another where two methods measure the same; against KV
+    size each point says its width. Error bars: `error_bars`."""
+    plt = pyplot()
     out = Path(out)
     methods = list(dict.fromkeys(r["method"] for r in rows))
+    colours = _colours(methods)
+    widths = sorted({r["width"] for r in rows})
     width_label = "search width W (log scale)"
-    kv_label = "KV size per problem (tokens, paper metric)"
     figures = (
-        ("accuracy_vs_width.png", "accuracy vs width", "width", ("accuracy",), "accuracy (%)", width_label),
-        ("kv_size_vs_width.png", "KV size vs width (dashed: the ETS code's metric)", "width",
+        ("accuracy_vs_width", "accuracy vs width", "width", ("accuracy",), "accuracy (%)", width_label),
+        ("kv_size_vs_width", "KV size vs width (dashed: the ETS code's metric)", "width",
          ("kv_size_per_problem", "kv_size_ref_per_problem"), "KV size per problem (tokens)", width_label),
-        ("throughput_vs_width.png", "throughput vs width", "width", ("problems_per_s",), "throughput (problems/s)",
+        ("throughput_vs_width", "throughput vs width", "width", ("problems_per_s",), "throughput (problems/s)",
          width_label),
-        ("accuracy_vs_kv_size.png", "accuracy vs KV size", "kv_size_per_problem", ("accuracy",), "accuracy (%)",
-         kv_label),
+        ("accuracy_vs_kv_size", "accuracy vs KV size (labels: width W)", "kv_size_per_problem", ("accuracy",),
+         "accuracy (%)", "KV size per problem (tokens, paper metric)"),
     )
     scale = {"accuracy": 100.0}
     paths = []
     for name, what, xkey, ykeys, ylabel, xlabel in figures:
-        fig, ax = plt.subplots(figsize=(7, 4.8))
+        fig, ax = plt.subplots(figsize=(7, 5))
+        labels: list[tuple[float, float, str, str]] = []
         for i, m in enumerate(methods):
+            dodge = dodge_factor(i, len(methods)) if xkey == "width" else 1.0
             for ykey, style in zip(ykeys, ("-", "--")):
                 ms = sorted((r for r in rows
                              if r["method"] == m and r.get(xkey) is not None and r.get(ykey) is not None),
                             key=lambda r: r[xkey])
                 if not ms:
                     continue
+                xs = [r[xkey] * dodge for r in ms]
                 ys = [r[ykey] * scale.get(ykey, 1.0) for r in ms]
-                yerr = _spread(ms, ykey, scale.get(ykey, 1.0))
-                xerr = _spread(ms, xkey) if xkey != "width" else None
-                label = m if style == "-" else f"{m} (ETS code's metric)"
-                ax.errorbar([r[xkey] for r in ms], ys, yerr=yerr, xerr=xerr, marker="o", linestyle=style,
-                            color=f"C{i}", capsize=3, label=label)
+                xerr = error_bars(ms, xkey) if xkey != "width" else None
+                label = method_label(m) if style == "-" else None  # the title says what dashes are
+                ax.errorbar(xs, ys, yerr=error_bars(ms, ykey, scale.get(ykey, 1.0)), xerr=xerr, marker="o",
+                            markersize=5, linestyle=style, color=colours[m], capsize=3, label=label)
+                if xkey != "width":
+                    labels += [(x, y, f"W={r['width']}", colours[m]) for x, y, r in zip(xs, ys, ms)]
         if xkey == "width":
             ax.set_xscale("log", base=2)
-            widths = sorted({r["width"] for r in rows})
             ax.set_xticks(widths, [str(w) for w in widths])
             ax.minorticks_off()
+        else:
+            ax.xaxis.set_major_formatter(count_formatter())
+        if ykeys[0] != "accuracy":
+            ax.yaxis.set_major_formatter(count_formatter())
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(what, fontsize=10)
@@ -236,7 +439,7 @@ def plot_sweep(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "")
         if title:
             fig.suptitle(title, fontsize=9)
         fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
+        label_points(ax, labels)
+        paths += save_figure(fig, out / name)
         plt.close(fig)
-        paths.append(out / name)
     return paths

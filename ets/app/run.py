@@ -21,6 +21,7 @@ from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
 from ets.app.paired import correct_by_problem
 from ets.app.output import OutputError, check_output_path, open_output, read_json, summary_path, write_json_atomic
+from ets.app.terminal import plural
 from ets.app.writer import FULL
 from ets.policy.base import Policy
 from ets.policy.build import build_policy
@@ -167,7 +168,7 @@ def check_config(config: RunConfig) -> str:
     notes = []
     problems = load_problems(config.data) if config.data.path or config.data.hf_name is None else None
     if problems is not None:
-        notes.append(f"data: {len(problems)} problems")
+        notes.append(f"data: {plural(len(problems), 'problem')}")
     notes.extend(model_preset_notes(config))
     for key in ("policy_model_type", "reward_model_type"):
         if getattr(config, key) is not None:

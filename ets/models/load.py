@@ -30,13 +30,12 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def hide_loading_bars() -> None:
-    """Turn off `transformers`' weight-loading bars in this process: for a run inside a
-    sweep's worker process, whose bars would cut through the driver's one progress bar."""
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:
-        return
-    hf_logging.disable_progress_bar()
+    """Load models quietly in this process (ets/models/quiet.py): for a run inside a
+    sweep's worker process, whose bars and warnings would cut through the driver's one
+    progress bar."""
+    from ets.models.quiet import quiet_model_loading
+
+    quiet_model_loading(True)
 
 
 def _looks_like_path(name: str) -> bool:
