@@ -26,8 +26,9 @@ SECTION_DOCS: dict[str, str] = {
 # of a config file.
 KEY_DOCS: dict[str, dict[str, str]] = {
     "search": {
-        "method": "The search strategy. The ETS code's names are accepted too: `beam_search`, `softmax` (REBASE), "
-                  "`softmax_costmodel` (ETS), `bon`.",
+        "method": "The search strategy: a built-in, or your own `Strategy` subclass as `module:Class` (its "
+                  "options in `options`). The ETS code's names are accepted too: `beam_search`, `softmax` "
+                  "(REBASE), `softmax_costmodel` (ETS), `bon`.",
         "width": "W: the completed trajectories a search may produce (its sampling budget).",
         "temperature": "The policy's sampling temperature (0: greedy).",
         "top_p": "Nucleus sampling: the smallest set of tokens whose probability reaches `top_p`, in (0, 1].",
@@ -49,10 +50,16 @@ KEY_DOCS: dict[str, dict[str, str]] = {
                       "leaves (the paper's); `keep_counts`: each kept leaf keeps its REBASE count and only the "
                       "pruned leaves' children are handed out again.",
         "cluster_threshold": "ETS: the cosine distance at which the dendrogram of step embeddings is cut into "
-                             "clusters (0.05 in the paper's code).",
-        "embedder": "ETS: the sentence-transformers model (a name or a folder) that embeds steps for clustering; "
-                    "the default ships offline. `static:<model>`: that model distilled by model2vec into a static "
-                    "embedder on first use, cached under `$ETS_CACHE_DIR` (default `~/.cache/ets`).",
+                             "clusters, or a mapping `{embedder: cut}` from which the run's `embedder` picks its "
+                             "own. Unset: 0.05 for a sentence model (the paper's code); `policy` and `prm` need "
+                             "theirs given (`scripts/calibrate_cluster_cut.py --embedder policy --embedder prm`).",
+        "embedder": "ETS: what embeds a step for clustering. A sentence-transformers model (a name or a folder; "
+                    "the default ships offline); `static:<model>`: that model distilled by model2vec into a static "
+                    "embedder on first use, cached under `$ETS_CACHE_DIR` (default `~/.cache/ets`); `policy` or "
+                    "`prm`: the mean of that model's final hidden states over the step's tokens, from the forward "
+                    "it runs anyway (the vLLM backend cannot hand them out).",
+        "options": "The strategy's own options: keyword arguments of a `module:Class` strategy's constructor "
+                   "(`search.options.NAME=value` on the command line). The built-in strategies take none.",
         "kv_budget": "ETS: a hard cap on the tokens of the nodes kept (beyond the paper); null: no cap.",
         "lp_relax": "ETS: solve the LP relaxation and round, instead of the integer program.",
         "lp_time_limit": "ETS: seconds a solve may take before that step keeps REBASE's allocation (wall-clock; "
