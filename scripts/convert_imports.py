@@ -19,14 +19,6 @@ What changes, in .py, .md, .yaml/.yml, .sh and .toml files:
   - in .py files, a string literal that is a dotted path into one of them ("rewards.verifier",
     "search.beam.BeamSearch"); not the config keys that read alike ("search.width", and
     "search.compat", which is a key as well as a module).
-  - the strategies by the name `ets.search` they had before it was the function's alone:
-        from ets.search.base import X  ->  from ets.strategies.base import X
-        import ets.search              ->  import ets.strategies
-        ets.search.build, "ets.search.beam:BeamSearch"  ->  ets.strategies.build, ...
-        from ets import search         ->  import ets.strategies as search
-    the last only in a .py file that uses `search.<a module or name of the strategies>`
-    (`search.build`, `search.beam`): elsewhere `from ets import search` is the function.
-    `ets.search(...)` and `ets.search.<anything else>` stay.
 Nothing else: the word "search" in prose, in names or in paths (search/beam.py) stays. A
 name already under ets is never matched again, so running the script twice changes nothing.
 A file that holds the text `# convert_imports: leave this file` is left as it is: the old
@@ -38,10 +30,8 @@ edit. Prints each file it changed and each line it left for a hand edit.
 from __future__ import annotations
 
 import ast
-import io
 import re
 import sys
-import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,15 +55,6 @@ MULTI_RE = re.compile(START + r"import[ \t]+[\w. \t]*,[\w., \t]*", re.M)
 MODULE_ATTR_RE = re.compile(r"(?<![\w./\-])" + PKG + r"(?P<rest>(?:\.[A-Za-z_]\w*)+)(?=:[A-Za-z_])")
 STRING_RE = re.compile(r"(?<![\w.])(?P<q>[\"'])" + PKG + r"(?P<rest>(?:\.[A-Za-z_]\w*)+)(?P=q)")
 
-# The strategies as `ets.search`: in an import statement (a function has no submodules)...
-ETS_SEARCH_FROM_RE = re.compile(START + r"from[ \t]+ets\.search(?P<rest>(?:\.[A-Za-z_]\w*)*)(?P<imp>[ \t]+import\b)", re.M)
-ETS_SEARCH_IMPORT_RE = re.compile(
-    START + r"import[ \t]+ets\.search(?P<rest>(?:\.[A-Za-z_]\w*)*)(?P<alias>(?:[ \t]+as[ \t]+\w+)?)" + END, re.M)
-# ... or followed by a module or a name of the strategies package.
-ETS_SEARCH_PATH_RE = re.compile(r"(?<![\w.])ets\.search\.(?P<name>[A-Za-z_]\w*)")
-FROM_ETS_SEARCH_RE = re.compile(START + r"from[ \t]+ets[ \t]+import[ \t]+search" + END, re.M)
-
-
 def module_names() -> dict[str, set[str]]:
     """Each package's modules and subpackages, by their name inside the package."""
     names = {}
@@ -82,15 +63,6 @@ def module_names() -> dict[str, set[str]]:
         names[pkg] = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
         names[pkg] |= {p.parent.name for p in folder.glob("*/__init__.py")}
     return names
-
-
-def exported_names(pkg: str) -> set[str]:
-    """The names a package's __init__ lists in `__all__`, read from its source."""
-    tree = ast.parse((ROOT / pkg / "__init__.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-            return set(ast.literal_eval(node.value))
-    return set()
 
 
 def search_config_keys() -> set[str]:
@@ -103,7 +75,6 @@ def search_config_keys() -> set[str]:
 
 
 MODULES = module_names()
-STRATEGIES_NAMES = MODULES["search"] | exported_names("search")  # what `ets.search.<name>` reached in the package
 CONFIG_KEYS = {"search": search_config_keys()}
 
 
@@ -127,36 +98,8 @@ def _import_plain(m: re.Match) -> str:
     return f"{pre}import {new(pkg)}{rest}{joiner}{bind}"
 
 
-def uses_strategies_as_search(text: str) -> bool:
-    """Python source that reads `search.<a module or name of the strategies>` (not
-    `x.search.<...>`, not in a string): its `search` is the package, not the function."""
-    try:
-        tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
-                  if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)]
-    except (tokenize.TokenError, SyntaxError):
-        return False
-    for i in range(1, len(tokens) - 2):
-        before, name, dot, attr = tokens[i - 1:i + 3]
-        if (name.type == tokenize.NAME and name.string == "search" and before.string != "."
-                and dot.string == "." and attr.string in STRATEGIES_NAMES):
-            return True
-    return False
-
-
-def convert_strategies_as_ets_search(text: str, suffix: str) -> str:
-    """The strategies imported or named as `ets.search` -> `ets.strategies`."""
-    text = ETS_SEARCH_FROM_RE.sub(lambda m: f"{m['pre']}from ets.strategies{m['rest']}{m['imp']}", text)
-    text = ETS_SEARCH_IMPORT_RE.sub(lambda m: f"{m['pre']}import ets.strategies{m['rest']}{m['alias']}", text)
-    text = ETS_SEARCH_PATH_RE.sub(
-        lambda m: f"ets.strategies.{m['name']}" if m["name"] in STRATEGIES_NAMES else m[0], text)
-    if suffix == ".py" and uses_strategies_as_search(text):
-        text = FROM_ETS_SEARCH_RE.sub(lambda m: f"{m['pre']}import ets.strategies as search", text)
-    return text
-
-
 def convert_text(text: str, suffix: str) -> tuple[str, list[str]]:
     """`text` with its imports and module paths under ets; and the lines to edit by hand."""
-    text = convert_strategies_as_ets_search(text, suffix)
     text = FROM_RE.sub(lambda m: f"{m['pre']}from {new(m['pkg'])}{m['rest']}{m['imp']}", text)
     text = IMPORT_AS_RE.sub(lambda m: f"{m['pre']}import {new(m['pkg'])}{m['rest']}{m['alias']}", text)
     text = IMPORT_RE.sub(_import_plain, text)
@@ -174,7 +117,7 @@ def convert_text(text: str, suffix: str) -> tuple[str, list[str]]:
     for m in MULTI_RE.finditer(text):
         statement = m[0][len(m["pre"]):]
         listed = [n.strip().split(" ")[0] for n in statement[len("import"):].split(",")]
-        if any(n.split(".")[0] in NEW_NAME or n == "ets.search" or n.startswith("ets.search.") for n in listed):
+        if any(n.split(".")[0] in NEW_NAME for n in listed):
             line = text.count("\n", 0, m.start()) + 1
             by_hand.append(f"{line}: {text.splitlines()[line - 1].strip()}")
     return text, by_hand

@@ -255,8 +255,7 @@ def test_a_wheel_installs_the_packages_inside_ets_and_nothing_at_the_top_level(t
 
 def test_the_project_imports_its_packages_by_their_ets_names():
     """No module of the project, its tests or its scripts imports search, rewards or lp by
-    the old name, nor the strategies as `ets.search` (`python scripts/convert_imports.py`
-    rewrites them)."""
+    the old name (`python scripts/convert_imports.py` rewrites them)."""
     old = []
     for top in ("ets", *FOLDERS, "tests", "scripts"):
         for path in sorted((ROOT / top).rglob("*.py")):
@@ -306,52 +305,6 @@ search = lp = rewards = 1  # from search import nothing
 import os, search
 '''
 
-# The strategies by the name ets.search (the form an earlier conversion wrote), beside the
-# function ets.search and config keys, which stay.
-BEFORE_ETS_SEARCH = '''\
-"""`ets.search(config)` runs searches; `ets.search.beam` is beam search."""
-import ets
-import ets.search
-import ets.search.beam as beam
-from ets.search.base import Strategy
-from ets.search import build
-from ets import search
-strategy = search.build(config)
-name = "ets.search.rebase:allocate"
-records = ets.search(config, problems)
-width = run.search.width
-doc = ets.search.__doc__
-keys = ["search.width", "search.compat"]
-ets.search.rebase.allocate(scores, 4, 1.0)
-import ets, ets.search
-'''
-
-AFTER_ETS_SEARCH = '''\
-"""`ets.search(config)` runs searches; `ets.strategies.beam` is beam search."""
-import ets
-import ets.strategies
-import ets.strategies.beam as beam
-from ets.strategies.base import Strategy
-from ets.strategies import build
-import ets.strategies as search
-strategy = search.build(config)
-name = "ets.strategies.rebase:allocate"
-records = ets.search(config, problems)
-width = run.search.width
-doc = ets.search.__doc__
-keys = ["search.width", "search.compat"]
-ets.strategies.rebase.allocate(scores, 4, 1.0)
-import ets, ets.search
-'''
-
-# `from ets import search` is the function where the file uses no strategy through it.
-THE_FUNCTION = '''\
-from ets import search
-records = search(config, problems=["What is 2 + 3?"])
-width, note = config.search.width, "not search.build: a string"
-'''
-
-
 def test_the_conversion_rewrites_imports_and_module_paths_only_and_once():
     convert = load_script("convert_imports")
     text, by_hand = convert.convert_text(BEFORE, ".py")
@@ -360,14 +313,3 @@ def test_the_conversion_rewrites_imports_and_module_paths_only_and_once():
     assert convert.convert_text(text, ".py")[0] == text  # a second run changes nothing
     yaml = "reward:\n  name: rewards.value_head:ValueHeadPRM  # see rewards.value_head\nsearch:\n  width: 4\n"
     assert convert.convert_text(yaml, ".yaml")[0] == yaml.replace("name: rewards.", "name: ets.rewards.")
-
-
-def test_the_conversion_moves_the_strategies_from_ets_search_to_ets_strategies_only_and_once():
-    convert = load_script("convert_imports")
-    text, by_hand = convert.convert_text(BEFORE_ETS_SEARCH, ".py")
-    assert text == AFTER_ETS_SEARCH
-    assert by_hand == ["15: import ets, ets.search"]
-    assert convert.convert_text(text, ".py")[0] == text
-    assert convert.convert_text(THE_FUNCTION, ".py") == (THE_FUNCTION, [])
-    markdown = "```python\nfrom ets.search.base import Frontier\nets.search(config)\n```\n"
-    assert convert.convert_text(markdown, ".md")[0] == markdown.replace("ets.search.base", "ets.strategies.base")
