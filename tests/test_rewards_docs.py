@@ -1,9 +1,6 @@
 """The README example "Plug in your own reward model", run as written:
 its files are written out, its command goes through `ets run`, and every step score in
-the output must be the user's reward of that step.
-
-The example imports `ets.rewards`, the installed package's name for `rewards`; where that
-name is not installed yet, the example cannot run and these tests skip."""
+the output must be the user's reward of that step."""
 
 import importlib
 import json
