@@ -81,7 +81,7 @@ def main() -> None:
     args = ap.parse_args()
     points = [read_point(p) for p in args.point]
 
-    from ets.app.report import count_formatter, error_bars, label_points, pyplot, save_figure
+    from ets.app.report import count_formatter, error_bars, label_points, method_colours, pyplot, save_figure
     from ets.config import ConfigError, load_config
 
     try:
@@ -89,33 +89,38 @@ def main() -> None:
     except (ConfigError, FileNotFoundError) as exc:
         fail(f"--config {args.config}: {exc}")
     plt = pyplot()
-    many = len(points) > 5  # then a legend beside the axes names them (labels would overlap)
-    fig, ax = plt.subplots(figsize=(9.5 if many else 7, 5))
-    markers = "osD^vPX*<>"
-    # every point its own colour: the default cycle repeats after ten
-    colours = [f"C{i}" for i in range(10)] if len(points) <= 10 else list(plt.get_cmap("tab20").colors)
+    # One colour per method, one marker per width; a method's points at several widths are
+    # joined, so its path as the width grows reads at a glance. Labels name the width where
+    # the points differ in it (else the title says it).
+    import re
+
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    methods = list(dict.fromkeys(p["method"] for p in points))
+    widths = sorted({int(p["width"]) for p in points})
+    colours = method_colours(methods)  # each method the colour it has in every figure
+    markers = {w: "osD^vPX*<>"[i % 10] for i, w in enumerate(widths)}
     labels = []
-    for i, p in enumerate(points):
-        x, y = number(p, "kv_size_per_problem"), 100 * number(p, "accuracy")
-        colour = colours[i % len(colours)]
-        ax.errorbar([x], [y], xerr=error_bars([p], "kv_size_per_problem"), yerr=error_bars([p], "accuracy", 100.0),
-                    marker=markers[i % len(markers)], color=colour, capsize=3, label=p["label"])
-        # its width where the points differ in it (else the title says it), and its name where few
-        width = f"W={p['width']}" if len({q["width"] for q in points}) > 1 else ""
-        text = width if many else p["label"] if not width or width in p["label"] else f"{p['label']}, {width}"
-        if text:
-            labels.append((x, y, text, colour if many else "black"))
+    for method in methods:
+        mine = sorted((p for p in points if p["method"] == method), key=lambda p: int(p["width"]))
+        name = re.sub(r"\s*W=\d+$", "", mine[0]["label"])
+        xs = [number(p, "kv_size_per_problem") for p in mine]
+        ys = [100 * number(p, "accuracy") for p in mine]
+        if len(mine) > 1:
+            ax.plot(xs, ys, color=colours[method], alpha=0.35, linewidth=1)
+        for p, x, y in zip(mine, xs, ys):
+            ax.errorbar([x], [y], xerr=error_bars([p], "kv_size_per_problem"),
+                        yerr=error_bars([p], "accuracy", 100.0), marker=markers[int(p["width"])],
+                        color=colours[method], capsize=3, label=name if p is mine[0] else None)
+            if len(widths) > 1:
+                labels.append((x, y, f"W={p['width']}", colours[method]))
     ax.set_title(f"{args.title}\n{title_lines(points, config)}", fontsize=9)
     ax.set_xlabel("KV size per problem (tokens, paper metric, prompt counted)")
     ax.set_ylabel("accuracy (%)")
     ax.xaxis.set_major_formatter(count_formatter())
     ax.grid(alpha=0.3)
-    if many:
-        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    else:
-        ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    label_points(ax, labels, fontsize=7 if many else 8)
+    label_points(ax, labels, fontsize=8)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     written = save_figure(fig, out)

@@ -155,7 +155,7 @@ def method_label(method: str) -> str:
     return METHOD_LABELS.get(method, method)
 
 
-def _colours(methods: Sequence[str]) -> dict[str, str]:
+def method_colours(methods: Sequence[str]) -> dict[str, str]:
     """The built-in methods their own colours; others the next free ones, in order."""
     free = iter(f"C{i}" for i in range(5, 100))
     return {m: _METHOD_COLOURS.get(m) or next(free) for m in methods}
@@ -342,7 +342,7 @@ def plot_methods(rows: Sequence[dict[str, Any]], path: str | Path, title: str = 
     )
     one_width = len({r["width"] for r in rows}) == 1
     labels = [method_label(r["method"]) if one_width else f"{method_label(r['method'])}\nW={r['width']}" for r in rows]
-    colours = _colours([r["method"] for r in rows])
+    colours = method_colours([r["method"] for r in rows])
     fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
     for ax, (key, name, scale) in zip(axes.flat, panels):
         values = [(r.get(key) or 0) * scale for r in rows]
@@ -390,7 +390,7 @@ def plot_sweep(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "")
     plt = pyplot()
     out = Path(out)
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    colours = _colours(methods)
+    colours = method_colours(methods)
     widths = sorted({r["width"] for r in rows})
     width_label = "search width W (log scale)"
     figures = (
