@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
-# Prepares .gpu/ (git-ignored) with what the lent GPU machine lacks for scripts/gpu_check.sh:
-# it has torch, transformers, scipy, sentence-transformers and Python 3.12 but nothing can
-# be installed there from the network (/work/.library/device/KINDS.md lists its packages).
+# Prepares .gpu/ (git-ignored) with what an offline GPU machine lacks for scripts/gpu_check.sh,
+# one with torch, transformers, scipy, sentence-transformers and Python 3.12 but no network.
 #
 #   .gpu/whl/               math-verify and its two pure-Python needs (the sweep grades with it)
 #   .gpu/static-embedder/   the demo's ETS embedder (static:all-MiniLM-L6-v2), distilled here:
 #                           that machine has neither the offline MiniLM nor model2vec
 #
-# Then, from a session with a GPU (the device tool's `run`), the whole check in one call:
-#   run(command="bash scripts/gpu_check.sh", carry=[".gpu"], timeout_s=590)
+# Then copy the repository with .gpu/ to that machine and run `bash scripts/gpu_check.sh`.
 set -eu
 cd "$(dirname "$0")/.."
 rm -rf .gpu

@@ -32,9 +32,9 @@
 #   scripts/gpu_check.sh --parts parity,budget # some parts: parity, budget, scaling, graphs, tree, sweep
 #   scripts/gpu_check.sh --device cpu --quick  # every part but the sweep, small, on the CPU (a smoke run)
 #
-# What the lent machine lacks travels in .gpu/ (scripts/gpu_carry.sh makes it): math-verify's
-# wheels, installed here into /tmp/site, and the demo's static embedder. The device call:
-#   run(command="bash scripts/gpu_check.sh", carry=[".gpu"], timeout_s=590)
+# What an offline GPU machine lacks travels in .gpu/ (scripts/gpu_carry.sh makes it):
+# math-verify's wheels, installed here into /tmp/site, and the demo's static embedder. Copy
+# the repository with .gpu/ to that machine and run `bash scripts/gpu_check.sh` there.
 set -u
 DEVICE=cuda
 QUICK=0

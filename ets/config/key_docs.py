@@ -136,7 +136,7 @@ KEY_DOCS: dict[str, dict[str, str]] = {
                        "on it.",
         "save_trees": "Add each whole search tree to its problem's result line.",
         "torch_threads": "torch's intra-op threads in this process; null: torch's default, one per core. Small "
-                         "models often run faster on fewer (docs/MEASUREMENTS.md).",
+                         "models often run faster on fewer ([backends.md](backends.md)).",
         "num_threads": "The ETS code's SGLang client threads: accepted, with no effect here (a logged line says "
                        "so).",
         "policy_model_type": "The ETS code's model type for the policy: a preset of its prompt template and step "
