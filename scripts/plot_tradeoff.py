@@ -71,6 +71,23 @@ def title_lines(points: list[dict], config) -> str:
                                                                       config.reward.model)])
 
 
+def line_colours(names: list[str], points: list[dict], method_colours) -> dict[str, str]:
+    """A colour per line: its method's own (as in every figure) for the first line of each
+    method, the next unused ones for further lines of a method (ETS with two embedders)."""
+    import re
+
+    method_of = {name: next(p["method"] for p in points if re.sub(r"\s*W=\d+$", "", p["label"]) == name)
+                 for name in names}
+    own = method_colours(list(dict.fromkeys(method_of.values())))
+    spare = (f"C{i}" for i in range(10) if f"C{i}" not in own.values())
+    colours, taken = {}, set()
+    for name in names:
+        method = method_of[name]
+        colours[name] = own[method] if method not in taken else next(spare, "black")
+        taken.add(method)
+    return colours
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--point", action="append", required=True, help="LABEL=PATH[@METHOD], repeatable")
@@ -95,24 +112,23 @@ def main() -> None:
     import re
 
     fig, ax = plt.subplots(figsize=(8.5, 5))
-    methods = list(dict.fromkeys(p["method"] for p in points))
+    names = list(dict.fromkeys(re.sub(r"\s*W=\d+$", "", p["label"]) for p in points))  # a line each
     widths = sorted({int(p["width"]) for p in points})
-    colours = method_colours(methods)  # each method the colour it has in every figure
+    colours = line_colours(names, points, method_colours)
     markers = {w: "osD^vPX*<>"[i % 10] for i, w in enumerate(widths)}
     labels = []
-    for method in methods:
-        mine = sorted((p for p in points if p["method"] == method), key=lambda p: int(p["width"]))
-        name = re.sub(r"\s*W=\d+$", "", mine[0]["label"])
+    for name in names:
+        mine = sorted((p for p in points if re.sub(r"\s*W=\d+$", "", p["label"]) == name), key=lambda p: int(p["width"]))
         xs = [number(p, "kv_size_per_problem") for p in mine]
         ys = [100 * number(p, "accuracy") for p in mine]
         if len(mine) > 1:
-            ax.plot(xs, ys, color=colours[method], alpha=0.35, linewidth=1)
+            ax.plot(xs, ys, color=colours[name], alpha=0.35, linewidth=1)
         for p, x, y in zip(mine, xs, ys):
             ax.errorbar([x], [y], xerr=error_bars([p], "kv_size_per_problem"),
                         yerr=error_bars([p], "accuracy", 100.0), marker=markers[int(p["width"])],
-                        color=colours[method], capsize=3, label=name if p is mine[0] else None)
+                        color=colours[name], capsize=3, label=name if p is mine[0] else None)
             if len(widths) > 1:
-                labels.append((x, y, f"W={p['width']}", colours[method]))
+                labels.append((x, y, f"W={p['width']}", colours[name]))
     ax.set_title(f"{args.title}\n{title_lines(points, config)}", fontsize=9)
     ax.set_xlabel("KV size per problem (tokens, paper metric, prompt counted)")
     ax.set_ylabel("accuracy (%)")
