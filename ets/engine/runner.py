@@ -129,10 +129,8 @@ class ModelRunner:
         ids = [c.token_ids[0] for c in ordered[:n_decode]]
         pos = [c.start for c in ordered[:n_decode]]
         keep = list(range(n_decode))
-        packed = list(range(n_decode))  # where each ordered chunk's first token sits in `ids`
         for c in ordered[n_decode:]:
             base = len(ids)
-            packed.append(base)
             ids.extend(c.token_ids)
             pos.extend(range(c.start, c.start + len(c.token_ids)))
             keep.extend(base + k for k in c.keep)
@@ -169,7 +167,7 @@ class ModelRunner:
                 ).logits[0, :n_keep]
         if pool is not None:
             t0 = time.perf_counter()
-            self._pool(states[-1][0], pool, order, packed)
+            self._pool(states[-1][0], pool, chunks, order, n_decode)
             self._pool_seconds += time.perf_counter() - t0
         first = [0] * len(chunks)  # chunk i's outputs are rows first[i]..first[i] + len(keep) of `out`
         row = 0
@@ -183,13 +181,16 @@ class ModelRunner:
         seconds, self._pool_seconds = self._pool_seconds, 0.0
         return seconds
 
-    def _pool(self, states: torch.Tensor, pool: Pooling, order: list[int], packed: list[int]) -> None:
+    def _pool(self, states: torch.Tensor, pool: Pooling, chunks: list[Chunk], order: list[int],
+              n_decode: int) -> None:
         """Add the rows of `states` ([T, hidden], the forward's packed tokens) that `pool`
         names to its sums. (A decode step adds one row a sequence; where a chunk adds
         several to one sum, a GPU adds them in any order, which moves the sum's last bits.)"""
-        start = [0] * len(order)  # each chunk's first row, by its index in the call
+        start = [0] * len(order)  # each chunk's first row, by its index in the call: packed in
+        row = 0                   # `order`, a decode chunk one token, a prefill chunk all of its
         for k, i in enumerate(order):
-            start[i] = packed[k]
+            start[i] = row
+            row += 1 if k < n_decode else len(chunks[i].token_ids)
         rows, slots = [], []
         for i, lo, hi, slot in pool.items:
             rows.extend(range(start[i] + lo, start[i] + hi))
