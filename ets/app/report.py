@@ -222,7 +222,7 @@ def plot_title(config, rows: Sequence[dict[str, Any]], prefix: str = "ets sweep"
 def error_bars_text(rows: Sequence[dict[str, Any]]) -> str:
     """What the plots' error bars are, for a title; "" when they show none."""
     several = any(r.get("seeds", 1) > 1 for r in rows)
-    if rows and all(accuracy_bounds(r) is not None for r in rows):
+    if rows and None not in [accuracy_bounds(r) for r in rows]:
         return ("error bars: accuracy's 95% interval over the problems (bootstrap)"
                 + ("; others ± 1 sd over seeds" if several else ""))
     return "error bars: ± 1 sd over seeds" if several else ""
@@ -240,8 +240,8 @@ def error_bars(rows: Sequence[dict[str, Any]], key: str, scale: float = 1.0) -> 
     sd over seeds where rows are means over several; never below 0, and an accuracy never
     above 100%. None when there is no spread to show."""
     values = [(r.get(key) or 0.0) * scale for r in rows]
-    if key == "accuracy" and rows and all(accuracy_bounds(r) is not None for r in rows):
-        bounds = [accuracy_bounds(r) for r in rows]
+    bounds = [accuracy_bounds(r) for r in rows] if key == "accuracy" else []
+    if bounds and None not in bounds:  # each row's bootstrap, computed once
         below = [max(0.0, v - low * scale) for v, (low, _) in zip(values, bounds)]
         above = [max(0.0, high * scale - v) for v, (_, high) in zip(values, bounds)]
         return [below, above]
