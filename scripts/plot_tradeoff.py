@@ -54,23 +54,6 @@ def number(row: dict, key: str) -> float:
     return float(value) if value is not None else 0.0
 
 
-def title_lines(points: list[dict], config) -> str:
-    """What the points are: the task, problems, seeds, widths, what the error bars are, the models."""
-    from ets.app.report import error_bars_text, models_line, task_label
-
-    def joined(key: str, default: str = "?") -> str:
-        return "/".join(dict.fromkeys(str(p.get(key) or default) for p in points))
-
-    data = config.data
-    task = task_label(data.path, data.hf_name, data.hf_split if data.hf_name else None)
-    seeds = joined("seed_list", str(points[0].get("seed", config.search.seed))).replace(",", ", ")
-    problems = joined("problems")
-    head = f"{task}, {problems} problem{'' if problems == '1' else 's'}, W={joined('width')}, seeds {seeds}"
-    bars = error_bars_text(points)
-    return "\n".join([head] + ([bars] if bars else []) + [models_line(config.policy.model, config.reward.name,
-                                                                      config.reward.model)])
-
-
 def line_colours(names: list[str], points: list[dict], method_colours) -> dict[str, str]:
     """A colour per line: its method's own (as in every figure) for the first line of each
     method, the next unused ones for further lines of a method (ETS with two embedders)."""
@@ -92,13 +75,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--point", action="append", required=True, help="LABEL=PATH[@METHOD], repeatable")
     ap.add_argument("--out", required=True, help="the plot to write: PATH.png and PATH.pdf")
-    ap.add_argument("--title", default="accuracy vs KV size", help="first line of the title")
+    ap.add_argument("--title", default="accuracy vs KV size", help="what the plot shows, first in the title")
     ap.add_argument("--config", default=str(ROOT / "ets" / "demo" / "demo.yaml"),
                     help="the config the sweeps ran: names the task and the models in the title (default: the demo's)")
     args = ap.parse_args()
     points = [read_point(p) for p in args.point]
 
-    from ets.app.report import count_formatter, error_bars, label_points, method_colours, pyplot, save_figure
+    from ets.app.report import (count_formatter, error_bars, label_points, method_colours, plot_title, pyplot,
+                                 save_figure)
     from ets.config import ConfigError, load_config
 
     try:
@@ -129,7 +113,7 @@ def main() -> None:
                         color=colours[name], capsize=3, label=name if p is mine[0] else None)
             if len(widths) > 1:
                 labels.append((x, y, f"W={p['width']}", colours[name]))
-    ax.set_title(f"{args.title}\n{title_lines(points, config)}", fontsize=9)
+    ax.set_title(plot_title(config, points, prefix=args.title), fontsize=9)
     ax.set_xlabel("KV size per problem (tokens, paper metric, prompt counted)")
     ax.set_ylabel("accuracy (%)")
     ax.xaxis.set_major_formatter(count_formatter())
