@@ -27,6 +27,10 @@ class RewardContext:
     dtype: str = "float32"
     engine: Any = None        # a policy engine that the reward may share (same model only)
     use_engine: bool = True   # False when the policy runs on the plain `transformers` path
+    # KV memory (ets/engine/memory.py): the policy engine's plan, which a PRM's own engine on
+    # the same device sizes its pool in, and policy.memory_fraction for a plan of its own
+    memory: Any = None
+    memory_fraction: float | None = None
 
 
 def parse_options(cls, options: Mapping[str, Any] | None, reward: str):

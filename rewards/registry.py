@@ -111,11 +111,28 @@ def build_reward(
         context = _context(reward_config, policy_config, engine)
         module = module_of(obj)
         if is_project_module(module):
-            return obj.from_config(options, context)
-        # A built-in-style reward from another package: a plug-in, guarded as one.
-        built = guarded(obj.from_config, name, module, "building it", WHEN_BUILT_ADVICE)(options, context)
-        return guard_scoring(built, name, module)
-    return make_plugin(obj, reward_config.options, name)
+            built = obj.from_config(options, context)
+        else:  # a built-in-style reward from another package: a plug-in, guarded as one
+            built = guard_scoring(guarded(obj.from_config, name, module, "building it", WHEN_BUILT_ADVICE)(
+                options, context), name, module)
+        settle_memory(context.memory)
+        return built
+    built = make_plugin(obj, reward_config.options, name)
+    settle_memory(getattr(engine, "memory", None))
+    return built
+
+
+def settle_memory(plan) -> None:
+    """Size the KV pools of the device's plan now that both models are loaded (a pool too
+    small to hold a token is a config error here, not a failure in the first search)."""
+    if plan is None:
+        return
+    from ets.engine.pool import PoolTooLarge
+
+    try:
+        plan.resolve()
+    except PoolTooLarge as exc:
+        raise ConfigError(f"policy.memory_fraction: {exc}") from None
 
 
 def _context(reward_config: RewardConfig, policy_config: PolicyConfig | None, engine: Any) -> RewardContext:
@@ -130,6 +147,8 @@ def _context(reward_config: RewardConfig, policy_config: PolicyConfig | None, en
         dtype=policy.dtype,
         engine=engine if shares_policy_model else None,
         use_engine=policy.backend == "engine",
+        memory=getattr(engine, "memory", None),
+        memory_fraction=policy.memory_fraction,
     )
 
 

@@ -187,14 +187,22 @@ class StepTagPRM(MarkerPRM):
             if _wants_engine(options, ctx):
                 from ets.config import ConfigError
                 from ets.engine import Engine
+                from ets.engine.memory import plan_for
                 from ets.engine.pool import PoolTooLarge
 
-                # Its own pool, its own key (None: the engine's DEFAULT_KV_TOKENS), never the policy's.
+                # Its own pool, its own key, never the policy's; None: sized in the device's
+                # memory plan beside the policy's pool (ets/engine/memory.py), else the
+                # engine's DEFAULT_KV_TOKENS. It only scores: no decode buffers.
+                plan = plan_for(model.device, ctx.memory, ctx.memory_fraction)
                 try:
                     engine = Engine.from_pretrained(model, kv_budget_tokens=options.kv_budget_tokens,
-                                                    tokenizer=tokenizer, max_batch_tokens=options.max_batch_tokens)
+                                                    tokenizer=tokenizer, max_batch_tokens=options.max_batch_tokens,
+                                                    memory=plan, memory_name="reward", scoring_only=True)
+                    if plan is not None and plan is not ctx.memory:
+                        plan.resolve()  # a plan of its own: nothing else joins it
                 except PoolTooLarge as exc:
-                    raise ConfigError(f"reward.options.kv_budget_tokens: {exc}") from None
+                    key = "kv_budget_tokens" if options.kv_budget_tokens is not None else "memory_fraction"
+                    raise ConfigError(f"{'reward.options' if key == 'kv_budget_tokens' else 'policy'}.{key}: {exc}") from None
                 return EngineBackend(engine, cols)
             return forward_backend(model, tokenizer, cols, options)
 

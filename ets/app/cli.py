@@ -71,6 +71,7 @@ def _run(args: argparse.Namespace) -> int:
 
         print(check_config(config), end="")
         return 0
+    from ets.app.memory_notes import plan_line
     from ets.app.terminal import plural, wrap
 
     summary = run(config, show_progress=not args.quiet, overwrite=args.overwrite, workers=args.workers,
@@ -85,6 +86,8 @@ def _run(args: argparse.Namespace) -> int:
         print(_phases_line(summary))
     if (line := embedding_line(summary)) is not None:
         print(line)
+    for report in summary.get("kv_memory", ()):
+        print("\n".join(wrap(plan_line(report))))
     if (line := _full_pool_line(summary)) is not None:
         print("\n".join(wrap(line)))
     return _workers_lines(summary)

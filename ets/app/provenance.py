@@ -20,7 +20,8 @@ recorded   kept for the reader, never compared: the output path, `concurrency`,
            else is in flight, nor on how many threads compute it),
            the ETS recipe's `num_threads` and preset names (a preset is compared as the
            keys it set), the recipe keys that have no effect here (`no_effect`),
-           `policy.kv_budget_tokens`, `policy.max_batch_tokens` and the reward options of
+           `policy.kv_budget_tokens`, `policy.max_batch_tokens`, `policy.memory_fraction`,
+           `policy.reward_memory_share` and the reward options of
            those names (memory and batching, not results), the full device name, the
            model paths, all reward options, and the data: its path, limit, layout keys
            and SHA-256.
@@ -60,7 +61,7 @@ from ets.plugins import source_fingerprint
 FORMAT = 1
 NOT_COMPARED = frozenset({
     "output", "concurrency", "save_trees", "torch_threads",
-    "policy.kv_budget_tokens", "policy.max_batch_tokens",
+    "policy.kv_budget_tokens", "policy.max_batch_tokens", "policy.memory_fraction", "policy.reward_memory_share",
     # the ETS recipe keys: num_threads does nothing here, and a preset's effect is compared
     # as the policy and reward keys it set
     "num_threads", "policy_model_type", "reward_model_type",

@@ -15,6 +15,7 @@ from typing import Any
 
 from ets.answers.accuracy import accuracy
 from ets.api import apply_torch_threads, build_reward
+from ets.app.memory_notes import check_memory_notes, run_plans
 from ets.config import RunConfig, model_preset_notes
 from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
@@ -175,6 +176,7 @@ def check_config(config: RunConfig) -> str:
             section = "policy" if key == "policy_model_type" else "reward"
             notes.append(f"{key}: {getattr(config, key)} set the {section} keys not given explicitly (`ets presets`)")
     notes.extend(inert_keys_notes(config))
+    notes.extend(check_memory_notes(config))
     if config.search.ets_code:
         notes.append("search.compat: ets_code: the ETS public code's selection and accounting (docs/FIDELITY.md)")
     body = yaml.dump(config.to_dict(), Dumper=_dumper(), sort_keys=False, allow_unicode=True, width=100)
@@ -277,6 +279,8 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
         out["policy_memory"] = policy.memory()._asdict()
     if reward is not None and new_records and hasattr(reward, "stats"):
         out["reward_stats"] = reward.stats()
+    if plans := run_plans(policy, reward):  # KV pools sized from a device's free memory
+        out["kv_memory"] = plans
     return out
 
 

@@ -97,8 +97,16 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "system_prompt": "A system turn before the question (with a chat template); null: none.",
         "chat_template_kwargs": "Variables passed to the chat template, e.g. `{date_string: 26 Jul 2024}`.",
         "step_delimiter": "Where a step ends (kept in the step's tokens).",
-        "kv_budget_tokens": "The KV pool in tokens (the engine's, or vLLM's on its CPU build); null: the backend's "
-                            "default. The hf backend keeps none.",
+        "kv_budget_tokens": "The KV pool in tokens (the engine's, or vLLM's on its CPU build); null: the engine's "
+                            "sized by `memory_fraction`, vLLM's its own default. The hf backend keeps none.",
+        "memory_fraction": "engine: the share of the device's free memory, measured once the models are loaded, "
+                           "that the KV pools take: the policy's and a PRM's own engine on the same device, each "
+                           "with the gather buffers it may keep (up to twice its pool for an engine that "
+                           "decodes). null: 0.9 on cuda; on the cpu a fixed pool of 65,536 tokens per engine, so "
+                           "that throughput does not depend on what else the machine holds. The run summary and "
+                           "`ets run --check` show the split ([backends.md](backends.md)).",
+        "reward_memory_share": "The PRM's part of the KV memory `memory_fraction` gives, in (0, 1); null: the "
+                               "part at which both pools hold the same number of tokens.",
         "kv_dtype": "engine: how K and V are stored; null: as `dtype`. `bfloat16` under a float32 model holds "
                     "twice the tokens in the same memory, its logits about 1e-3 off.",
         "max_batch_tokens": "engine: the tokens of one forward pass.",

@@ -259,7 +259,12 @@ class PolicyConfig:
     system_prompt: str | None = field(default=None, metadata=EMPTY_OK)  # a system turn before the question (with a chat template)
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the template, e.g. {date_string: 26 Jul 2024}
     step_delimiter: str = "\n\n"      # a step ends here (kept in the step's tokens)
-    kv_budget_tokens: int | None = None  # engine: KV pool size in tokens (None: the engine's default)
+    kv_budget_tokens: int | None = None  # engine: KV pool size in tokens (None: from memory_fraction)
+    # engine: the share of the device's free memory, once the models are loaded, that the KV
+    # pools take (the policy's and a PRM's own engine on the same device, their buffers
+    # included: ets/engine/memory.py); None: 0.9 on cuda, a fixed pool per engine on the cpu
+    memory_fraction: float | None = None
+    reward_memory_share: float | None = None  # the PRM's part of it (None: both pools the same tokens)
     kv_dtype: str | None = None       # engine: how K/V are stored (None: as `dtype`); bfloat16 under a
                                       # float32 model halves KV bytes (faster large batches, logits ~1e-3 off)
     max_batch_tokens: int = 8192      # engine: tokens per forward
@@ -300,6 +305,15 @@ class PolicyConfig:
         if self.kv_budget_tokens is not None:
             integer("policy.kv_budget_tokens", self.kv_budget_tokens, 1)
         integer("policy.max_batch_tokens", self.max_batch_tokens, 1)
+        if self.memory_fraction is not None and not 0 < self.memory_fraction <= 1:
+            raise ConfigError(f"policy.memory_fraction: {self.memory_fraction!r} must be in (0, 1], the share of the "
+                              "device's free memory the KV pools take (e.g. 0.9)")
+        if self.reward_memory_share is not None and not 0 < self.reward_memory_share < 1:
+            raise ConfigError(f"policy.reward_memory_share: {self.reward_memory_share!r} must be in (0, 1), the PRM's "
+                              "part of the KV memory (null: both pools the same number of tokens)")
+        if self.backend == "vllm" and self.memory_fraction is not None:
+            raise ConfigError("policy.memory_fraction sizes the engine's pools; vLLM sizes its own: use "
+                              "policy.vllm.gpu_memory_utilization (or drop policy.memory_fraction)")
 
     def inert_keys_note(self) -> str | None:
         """A line for keys this backend reads nothing from, else None. Not an error (as
@@ -308,6 +322,10 @@ class PolicyConfig:
         if self.backend == "hf" and self.kv_budget_tokens is not None:
             return (f"policy.kv_budget_tokens: {self.kv_budget_tokens:,} has no effect on the hf backend: it keeps "
                     f"no KV pool (each expansion re-encodes its paths), so admission is bounded by concurrency alone")
+        if self.backend == "engine" and self.kv_budget_tokens is not None and self.memory_fraction is not None:
+            return (f"policy.memory_fraction: {self.memory_fraction:g} does not size the policy's pool: "
+                    f"policy.kv_budget_tokens ({self.kv_budget_tokens:,}) does; it sizes a PRM's own pool on the "
+                    "same device, unless reward.options.kv_budget_tokens is set")
         return None
 
 

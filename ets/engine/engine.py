@@ -18,6 +18,7 @@ import torch
 from ets.engine.allocator import SlotAllocator
 from ets.engine.attention import check_supported
 from ets.engine.hidden import unit_rows
+from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, MemoryPlan
 from ets.engine.pool import KVPool, kv_storage_dtype
 from ets.engine.prefix import shared_prefixes
 from ets.engine.radix import RadixNode, RadixTree
@@ -64,16 +65,21 @@ def sample_seed(seed: int, k: int) -> int:
 class Engine:
     def __init__(self, model, tokenizer=None, kv_budget_tokens: int | None = None,
                  max_batch_tokens: int | None = None, kv_dtype: str | torch.dtype | None = None,
-                 batch_invariant: bool = True, cascade: bool = True):
-        """kv_budget_tokens: the pool, in tokens (None: DEFAULT_KV_TOKENS); max_batch_tokens:
+                 batch_invariant: bool = True, cascade: bool = True, memory: MemoryPlan | None = None,
+                 memory_name: str = "policy", scoring_only: bool = False):
+        """kv_budget_tokens: the pool, in tokens (None: sized by `memory`, else DEFAULT_KV_TOKENS); max_batch_tokens:
         new tokens per forward, longer prefills are chunked (None: DEFAULT_MAX_BATCH_TOKENS);
         kv_dtype: how K/V are stored (None: the model's dtype; see pool.py);
         batch_invariant: pad small forwards so that a sequence's logits do not depend on
         its batch-mates (invariant.py; False: faster at a few sequences, not invariant);
         cascade: decode sequences with siblings read their shared prefix once (cascade.py;
         False: every sequence attends its whole context plainly, e.g. to measure what the
-        cascade buys on a device, `scripts/bench_engine.py --cascade on,off`)."""
-        kv_budget_tokens = DEFAULT_KV_TOKENS if kv_budget_tokens is None else kv_budget_tokens
+        cascade buys on a device, `scripts/bench_engine.py --cascade on,off`);
+        memory: without `kv_budget_tokens`, the pool is sized by this plan (memory.py) from
+        the device's free memory when it is first needed, as `memory_name`'s part
+        (`scoring_only`: an engine that never decodes keeps no decode buffers)."""
+        if kv_budget_tokens is None and memory is None:
+            kv_budget_tokens = DEFAULT_KV_TOKENS
         max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS if max_batch_tokens is None else max_batch_tokens
         if max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -82,31 +88,54 @@ class Engine:
         self.tokenizer = tokenizer
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.pool = KVPool.for_model(model.config, kv_budget_tokens, kv_storage_dtype(kv_dtype, self.dtype),
-                                     self.device)
-        self.allocator = SlotAllocator(kv_budget_tokens, self.device)
+        self.kv_dtype = kv_storage_dtype(kv_dtype, self.dtype)
         self.tree = RadixTree(self.device)
         self.table = SlotTable(self.device)
         self.counters = dict.fromkeys(COUNTERS, 0)
         # host seconds spent pooling step embeddings (the index lists, the adds, the one
         # transfer a call); on a GPU the adds themselves run beside the forwards
         self.embed_seconds = 0.0
-        self.runner = ModelRunner(model, self.pool, self.table, batch_invariant, cascade)
-        self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
+        self._layout = (batch_invariant, cascade, max_batch_tokens)
+        self.memory, self.memory_claim = memory, None
+        if kv_budget_tokens is None:  # sized by the plan, when first needed (`__getattr__`)
+            per_token = KVPool.bytes_per_token_for(model.config, self.kv_dtype)
+            self.memory_claim = memory.claim(memory_name, per_token, 1 if scoring_only else ENGINE_MEMORY_MULTIPLE)
+        else:
+            self._build_pool(kv_budget_tokens)
+            if memory is not None:  # set aside in the device's plan, and shown in its report
+                memory.claim(memory_name, self.pool.bytes_per_token, 1 if scoring_only else ENGINE_MEMORY_MULTIPLE,
+                             tokens=kv_budget_tokens)
         self.handles: dict[int, RadixNode] = {}
         # Handles whose lock was spilled under memory pressure: still valid to release,
         # their path merely recomputes (from its tokens) when next extended.
         self.spilled: set[int] = set()
-        self.scheduler.relieve = self._spill_newest
         self._next_handle = 0
         self._inflight: list[Seq] = []      # the sequences of the running expand() call
         self.eos_ids = eos_token_ids(model, tokenizer)
+
+    def _build_pool(self, tokens: int) -> None:
+        """The pool of `tokens` and what is shaped by it: allocator, runner, scheduler."""
+        batch_invariant, cascade, max_batch_tokens = self._layout
+        self.pool = KVPool.for_model(self.model.config, tokens, self.kv_dtype, self.device)
+        self.allocator = SlotAllocator(tokens, self.device)
+        self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade)
+        self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
+        self.scheduler.relieve = self._spill_newest
+
+    def __getattr__(self, name: str):
+        # Reached only while the pool is not built yet (a memory plan sizes it): the first
+        # use of any of these builds it, at its size in the plan.
+        if name in ("pool", "allocator", "runner", "scheduler") and self.__dict__.get("memory_claim") is not None:
+            self._build_pool(self.memory.tokens(self.memory_claim))
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @classmethod
     def from_pretrained(cls, path_or_model, kv_budget_tokens: int | None = None, device: str = "cpu",
                         dtype: str | torch.dtype = "float32", tokenizer=None, max_batch_tokens: int | None = None,
                         seed: int = 0, kv_dtype: str | torch.dtype | None = None,
-                        batch_invariant: bool = True, cascade: bool = True) -> "Engine":
+                        batch_invariant: bool = True, cascade: bool = True, memory: MemoryPlan | None = None,
+                        memory_name: str = "policy", scoring_only: bool = False) -> "Engine":
         """From a path, hub name or `tiny:<arch>` (loaded with its tokenizer), or from a
         built model (then `device`/`dtype` are its own; pass `tokenizer` for stop strings)."""
         if isinstance(path_or_model, str):
@@ -116,7 +145,8 @@ class Engine:
             tokenizer = tokenizer or loaded_tok
         else:
             model = path_or_model
-        return cls(model, tokenizer, kv_budget_tokens, max_batch_tokens, kv_dtype, batch_invariant, cascade)
+        return cls(model, tokenizer, kv_budget_tokens, max_batch_tokens, kv_dtype, batch_invariant, cascade,
+                   memory, memory_name, scoring_only)
 
     # ------------------------------------------------------------- generation
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 1.0,

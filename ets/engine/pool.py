@@ -103,6 +103,16 @@ def available_bytes() -> int | None:
     return None
 
 
+def model_kv_shape(config) -> tuple[int, int, int]:
+    """(layers, kv heads, head dim) of a `transformers` decoder config (the text config of
+    composite models)."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return config.num_hidden_layers, kv_heads, head_dim
+
+
 class KVPool:
     def __init__(self, num_layers: int, num_slots: int, num_kv_heads: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device | str):
@@ -132,11 +142,14 @@ class KVPool:
     @classmethod
     def for_model(cls, config, num_slots: int, dtype: torch.dtype, device) -> "KVPool":
         """A pool shaped for a `transformers` decoder config (text config of composite models)."""
-        config = config.get_text_config() if hasattr(config, "get_text_config") else config
-        heads = config.num_attention_heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        return cls(config.num_hidden_layers, num_slots, kv_heads, head_dim, dtype, device)
+        layers, kv_heads, head_dim = model_kv_shape(config)
+        return cls(layers, num_slots, kv_heads, head_dim, dtype, device)
+
+    @staticmethod
+    def bytes_per_token_for(config, dtype: torch.dtype) -> int:
+        """The bytes a token takes in a pool for this config (K and V, every layer)."""
+        layers, kv_heads, head_dim = model_kv_shape(config)
+        return 2 * layers * kv_heads * head_dim * dtype.itemsize
 
     @property
     def num_bytes(self) -> int:

@@ -37,6 +37,7 @@ from typing import Any, Hashable
 from ets.config import ConfigError, PolicyConfig, SearchConfig
 from ets.engine.engine import Engine
 from ets.engine.hidden import final_norm
+from ets.engine.memory import plan_for
 from ets.engine.pool import PoolTooLarge
 from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
 from ets.policy.steps import PromptsAndSteps, at_context, model_context, new_token_cap
@@ -61,12 +62,15 @@ class EnginePolicy(PromptsAndSteps):
 
     @classmethod
     def from_config(cls, policy: PolicyConfig, search: SearchConfig) -> "EnginePolicy":
-        # None: the engine's own default pool (ets.engine.DEFAULT_KV_TOKENS), written there once.
+        # The device's memory plan (ets/engine/memory.py): without kv_budget_tokens it sizes
+        # this pool once the PRM has loaded too (None on the CPU by default: the engine's
+        # own fixed pool, ets.engine.DEFAULT_KV_TOKENS); a PRM's own engine joins it.
+        plan = plan_for(policy.device, None, policy.memory_fraction, policy.reward_memory_share)
         try:
             engine = Engine.from_pretrained(
                 policy.model, kv_budget_tokens=policy.kv_budget_tokens, device=policy.device,
                 dtype=policy.dtype, max_batch_tokens=policy.max_batch_tokens, seed=search.seed,
-                kv_dtype=policy.kv_dtype,
+                kv_dtype=policy.kv_dtype, memory=plan,
             )
         except PoolTooLarge as exc:
             raise ConfigError(f"policy.kv_budget_tokens: {exc}") from None

@@ -1,0 +1,130 @@
+"""What `ets run` says about KV memory: the split of a device's memory between the
+policy's pool and a PRM's own (ets/engine/memory.py), measured in the run summary and
+forecast by `--check` before any model loads."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from ets.config import ConfigError, RunConfig
+from ets.engine.engine import DEFAULT_KV_TOKENS
+from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, MemoryPlan, free_bytes, plan_for
+from ets.engine.pool import KVPool, PoolTooLarge, kv_storage_dtype
+from ets.models.load import resolve_dtype
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def plan_line(report: dict, forecast: bool = False) -> str:
+    """One line of a plan's report: the device, the fraction of its free memory, and each
+    pool (tokens, and the most its engine takes with its buffers)."""
+    pools = ", ".join(f"{name} {p['pool_tokens']:,} tokens ({_gib(p['engine_bytes_at_most'])} at most)"
+                      for name, p in report["pools"].items())
+    free = report["free_bytes"]
+    measured = "about " if forecast else ""
+    return (f"KV memory on {report['device']}: {report['memory_fraction']:g} of {measured}"
+            f"{_gib(free) if free is not None else '?'} free{' once the models load' if forecast else ''}"
+            f" -> {pools}")
+
+
+def run_plans(policy, reward) -> list[dict]:
+    """The reports of the plans the run's engines sized their pools in (one a device)."""
+    engines = [getattr(policy, "engine", None), getattr(getattr(reward, "backend", None), "engine", None)]
+    plans = dict.fromkeys(e.memory for e in engines if getattr(e, "memory", None) is not None)
+    return [p.report() for p in plans]
+
+
+def _model_config(model: str):
+    """A model's config without its weights: tiny:<arch>'s, a folder's config.json, a hub
+    name's if cached; None if it cannot be read."""
+    from transformers import AutoConfig
+
+    from ets.models.folder import local_path
+
+    if model.startswith("tiny:"):
+        from ets.models.tiny import build_tokenizer, tiny_config
+
+        return tiny_config(model.split(":", 1)[1], len(build_tokenizer()))
+    try:
+        return AutoConfig.from_pretrained(local_path(model))
+    except (OSError, ValueError):
+        return None
+
+
+def _weight_bytes(model: str, dtype: torch.dtype) -> int | None:
+    """The bytes a model's weights take in `dtype`, from its safetensors headers (no
+    tensor read); 0 for tiny:; None where unknown (a hub name, other formats)."""
+    if model.startswith("tiny:"):
+        return 0
+    from safetensors import safe_open
+
+    from ets.models.folder import local_path
+
+    files = sorted(Path(local_path(model)).glob("*.safetensors"))
+    if not files:
+        return None
+    count = 0
+    for f in files:
+        with safe_open(str(f), framework="pt") as st:
+            count += sum(math.prod(st.get_slice(name).get_shape()) for name in st.keys())
+    return count * dtype.itemsize
+
+
+def _reward_engine(config: RunConfig) -> tuple[str, int | None] | None:
+    """(device, its own kv_budget_tokens) of the PRM's own engine, when the run builds one
+    (step_tag scoring on the engine, not on the policy's); else None."""
+    options = config.reward.options or {}
+    if config.reward.name != "step_tag" or options.get("share_policy_engine") or config.policy.backend != "engine":
+        return None
+    if options.get("backend", "auto") == "forward":
+        return None
+    return options.get("device") or config.policy.device, options.get("kv_budget_tokens")
+
+
+def check_memory_notes(config: RunConfig) -> list[str]:
+    """`--check`'s lines on KV memory: each engine's pool, fixed or forecast from the
+    device's free memory now less the models' weights (read from their files)."""
+    policy = config.policy
+    if policy.backend != "engine":
+        return []
+    reward = _reward_engine(config)
+    models = [("policy", policy.model, policy.device, policy.dtype, policy.kv_dtype, policy.kv_budget_tokens,
+               ENGINE_MEMORY_MULTIPLE)]
+    if reward is not None:
+        options = config.reward.options or {}
+        models.append(("reward", config.reward.model or policy.model, reward[0], options.get("dtype") or policy.dtype,
+                       None, reward[1], 1))
+    plan = plan_for(policy.device, None, policy.memory_fraction, policy.reward_memory_share)
+    fixed, weights = [], 0
+    for name, model, device, dtype, kv_dtype, tokens, multiple in models:
+        cfg = _model_config(model)
+        if cfg is None:
+            return [f"KV memory: the config of {model!r} cannot be read here; the run summary shows the pools"]
+        per_token = KVPool.bytes_per_token_for(cfg, kv_storage_dtype(kv_dtype, resolve_dtype(dtype)))
+        on_plan = plan is not None and plan_for(device, plan, None) is plan
+        if on_plan:
+            plan.claim(name, per_token, multiple, tokens)
+            w = _weight_bytes(model, resolve_dtype(dtype))
+            weights = None if weights is None or w is None else weights + w
+        else:
+            pool = DEFAULT_KV_TOKENS if tokens is None else tokens
+            most = f"; {_gib(pool * per_token * multiple)} at most with its buffers" if multiple > 1 else ""
+            fixed.append(f"{name} {pool:,} tokens on {device} ({_gib(pool * per_token)}{most})"
+                         + (" (the default: policy.memory_fraction sizes it from free memory)" if tokens is None else ""))
+    fixed = [f"KV memory, fixed pools: {', '.join(fixed)}"] if fixed else []
+    if plan is None or not plan.claims:
+        return fixed
+    free = free_bytes(plan.device)
+    if free is None or weights is None:
+        return fixed + [f"KV memory on {plan.device}: {plan.fraction:g} of the free memory once the models load "
+                        "(their size cannot be read here; the run summary shows the pools)"]
+    try:
+        plan.resolve(max(0, free - weights))
+    except PoolTooLarge as exc:
+        raise ConfigError(f"policy.memory_fraction: {exc}") from None
+    return fixed + [plan_line(plan.report(), forecast=True)]
