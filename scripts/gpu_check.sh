@@ -7,7 +7,9 @@
 # beside it.
 #
 #   1. the engine's parity tests on the device (ETS_TEST_DEVICE: logits within 1e-4, the
-#      sampling streams bit for bit, greedy equal to transformers);
+#      sampling streams bit for bit, greedy equal to transformers); then one device's memory
+#      split (scripts/check_memory_split.py): a policy of Qwen2.5-1.5B's shapes and a PRM of
+#      a 7B Mistral's (random, bfloat16), their KV pools sized from the free memory, worked;
 #   2. ETS against REBASE on the demo models on the device: scripts/bench_budget.py on the
 #      first 20 test problems under a policy KV pool of 65,536 tokens, where REBASE is
 #      memory-bound (both orders: the paper's throughput claim, not yet measured here). 20,
@@ -29,7 +31,7 @@
 #      a part of its own, so that a capture that fails costs no other figure).
 #
 #   scripts/gpu_check.sh                       # the GPU run (device cuda): parity, budget, scaling, graphs
-#   scripts/gpu_check.sh --parts parity,budget # some parts: parity, budget, scaling, graphs, tree, sweep
+#   scripts/gpu_check.sh --parts parity,budget # some parts: parity, memory, budget, scaling, graphs, tree, sweep
 #   scripts/gpu_check.sh --device cpu --quick  # every part but the sweep, small, on the CPU (a smoke run)
 #
 # What an offline GPU machine lacks travels in .gpu/ (scripts/gpu_carry.sh makes it):
@@ -44,12 +46,12 @@ while [ $# -gt 0 ]; do
     --device) DEVICE="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --parts) PARTS="$2"; shift 2 ;;
-    *) echo "usage: $0 [--device cuda|cpu] [--quick] [--parts parity,budget,scaling,graphs,tree,sweep]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--device cuda|cpu] [--quick] [--parts parity,memory,budget,scaling,graphs,tree,sweep]" >&2; exit 2 ;;
   esac
 done
 # By default the tree benchmark only in the smoke run: on the GPU its 1.59x is in docs/results.md, and
 # its minutes go to the budget part's 20 problems
-[ -n "$PARTS" ] || { [ $QUICK -eq 1 ] && PARTS=parity,budget,scaling,graphs,tree || PARTS=parity,budget,scaling,graphs; }
+[ -n "$PARTS" ] || { [ $QUICK -eq 1 ] && PARTS=parity,memory,budget,scaling,graphs,tree || PARTS=parity,memory,budget,scaling,graphs; }
 cd "$(dirname "$0")/.."
 OUTDIR="${OUT:-/tmp/gpu_check_out}"
 mkdir -p "$OUTDIR"
@@ -100,6 +102,12 @@ EOF
 part parity 40 env ETS_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
 want parity && tail -n 3 "$OUTDIR/parity.log" | tee -a "$REPORT"
 
+# 1b. one device's memory split between a policy of 1.5B shapes and a PRM of 7B shapes
+# (random, bfloat16): the pools sized from the free memory, then worked
+if [ $QUICK -eq 1 ]; then MEM=(--quick); else MEM=(); fi
+part memory 50 python3 scripts/check_memory_split.py --device "$DEVICE" "${MEM[@]}"
+want memory && grep -v "Loading\|Warning" "$OUTDIR/memory.log" | tail -n 6 | tee -a "$REPORT"
+
 # 2. ETS vs REBASE on the demo models (first after parity: the figure still open, the paper's
 # throughput target; the engine benchmarks after it lose their time first)
 # ETS's embedder: demo.yaml's (static:all-MiniLM-L6-v2), carried in .gpu/ or distilled here;
@@ -130,7 +138,7 @@ for md in "$SWEEP_OUT"/*.md; do [ -f "$md" ] && { say "-- sweep table ($(basenam
 
 # Under a policy pool where REBASE is memory-bound: problems/s, in flight, both orders
 if [ $QUICK -eq 1 ]; then BUDGET=(--budgets 8192 --problems 2 --width 4); else BUDGET=(--budgets 65536 --problems 20); fi
-part budget 340 python3 scripts/bench_budget.py "${BUDGET[@]}" --repeats 2 policy.device="$DEVICE" "${EXTRA[@]}"
+part budget 290 python3 scripts/bench_budget.py "${BUDGET[@]}" --repeats 2 policy.device="$DEVICE" "${EXTRA[@]}"
 want budget && grep -v "Loading\|Warning\|forward_call\|it/s" "$OUTDIR/budget.log" | tail -n 14 | tee -a "$REPORT"
 
 # 3. batch scaling and the tree benchmark on a 1.5B-sized random model
