@@ -201,8 +201,9 @@ class StepTagPRM(MarkerPRM):
                     if plan is not None and plan is not ctx.memory:
                         plan.resolve()  # a plan of its own: nothing else joins it
                 except PoolTooLarge as exc:
-                    key = "kv_budget_tokens" if options.kv_budget_tokens is not None else "memory_fraction"
-                    raise ConfigError(f"{'reward.options' if key == 'kv_budget_tokens' else 'policy'}.{key}: {exc}") from None
+                    sized = plan is not None and options.kv_budget_tokens is None  # by the fraction
+                    key = "policy.memory_fraction" if sized else "reward.options.kv_budget_tokens"
+                    raise ConfigError(f"{key}: {exc}") from None
                 return EngineBackend(engine, cols)
             return forward_backend(model, tokenizer, cols, options)
 
