@@ -47,6 +47,21 @@ class Continuation(NamedTuple):
     embedding: torch.Tensor | None = None
 
 
+class Ticket:
+    """One `Engine.submit`'s continuations in flight: `done` once every sequence ended
+    (then `Engine.collect` hands them out). `stages` run one after another: levels of
+    prefixes its requests share, prefilled first, then its own sequences."""
+
+    def __init__(self, requests: list["Request"], seqs: list[Seq], stages: list[list[Seq]]):
+        self.requests, self.seqs, self.stages = requests, seqs, stages
+        self.waiting = 0        # sequences of the running stage not ended yet
+        self.failed = False
+
+    @property
+    def done(self) -> bool:
+        return not self.stages and self.waiting == 0 and not self.failed
+
+
 class Request(NamedTuple):
     """What `Engine.expand` takes: `n` continuations of `token_ids`. With a `seed` of its
     own, sample j depends only on (seed, j); without, on the call's seed and its place in
@@ -110,7 +125,9 @@ class Engine:
         # their path merely recomputes (from its tokens) when next extended.
         self.spilled: set[int] = set()
         self._next_handle = 0
-        self._inflight: list[Seq] = []      # the sequences of the running expand() call
+        self._tickets: list[Ticket] = []    # submitted expansions in flight, in submission order
+        self._ticket_sums: torch.Tensor | None = None  # their pooling sequences' sums (a row each)
+        self._free_sums: list[int] = []
         self.eos_ids = eos_token_ids(model, tokenizer)
 
     def _build_pool(self, tokens: int) -> None:
@@ -170,27 +187,88 @@ class Engine:
         each keeps its path (`token_ids` + new tokens, except the last new token, whose KV
         is not computed yet) locked in the cache until its handle is released. With
         `embed`, each also carries its `embedding` (Continuation): pooled on the device
-        from the states the decode steps compute anyway, one vector a continuation."""
+        from the states the decode steps compute anyway, one vector a continuation.
+        (`submit` + `step` until it is done + `collect`: the same, in one call.)"""
+        ticket = self.submit(requests, max_new_tokens, temperature, top_p, top_k, stop, seed, ignore_eos, embed)
+        while not ticket.done:
+            self.step()
+        return self.collect(ticket)
+
+    # ------------------------------------------------- expansions in flight together
+    # A search decodes a step of every live path, then scores and selects before the next:
+    # a round waits for its longest step. Submitted expansions share every forward instead,
+    # and each is collected as soon as its own sequences end, while the others decode on
+    # (ets/loop/controller.py runs each problem's rounds this way). A sequence's tokens do
+    # not depend on what it shares its forwards with (its own seed; invariant.py).
+    def submit(self, requests: Sequence[Request | tuple], max_new_tokens: int = 64, temperature: float = 1.0,
+               top_p: float = 1.0, top_k: int = 0, stop: Sequence[str | int] = (), seed: int | None = None,
+               ignore_eos: bool = False, embed: bool = False) -> "Ticket":
+        """Start `expand`'s continuations without waiting for them: they run in the
+        forwards `step` makes, beside every other submitted expansion; `collect` the
+        ticket once it is `done`. Shared prefixes are prefilled first, as in `expand`."""
+        if self.scheduler.has_work and not self._tickets:
+            raise RuntimeError("submit: a synchronous engine call is running")
         params = self._params(max_new_tokens, temperature, top_p, top_k, stop, ignore_eos)
         requests = [_request(r) for r in requests]
         seqs = self._seqs(requests, params, seed, lock=True)
         if embed:
             for seq in seqs:  # from the state that samples the first new token
                 seq.pool_from = seq.n_prompt - 1
-        self._inflight = seqs
+        items = [(tuple(r.token_ids), len(r.token_ids) - 1, r.n) for r in requests]
+        ticket = Ticket(requests, seqs, [*self._shared_stages(items), seqs])
+        self._tickets.append(ticket)
+        self._start_stage(ticket)
+        return ticket
+
+    def step(self) -> list["Ticket"]:
+        """One forward of every submitted sequence that is running (admitting waiting ones
+        first); the tickets whose sequences all ended with it, now ready to `collect`.
+        An error aborts every ticket in flight (their finished paths are unlocked)."""
         try:
-            self._prefill_shared([(tuple(r.token_ids), len(r.token_ids) - 1, r.n) for r in requests])
-            embeddings = self._run(seqs)
-        except BaseException:  # no handles go out: unlock what finished before the error
-            for seq in seqs:
-                if seq.result_node is not None:
-                    self.tree.unlock(seq.result_node)
+            plan = self.scheduler.schedule()
+            if plan.chunks:
+                self._compute(plan, self._ticket_sums)
+        except BaseException:
+            self.scheduler.abort()
+            for ticket in self._tickets:
+                for seq in ticket.seqs:
+                    if seq.result_node is not None:
+                        self.tree.unlock(seq.result_node)
+                ticket.stages, ticket.waiting, ticket.failed = [], 0, True
+            self._tickets, self._free_sums = [], list(range(len(self._ticket_sums or ())))
             raise
-        finally:
-            self._inflight = []
+        done = []
+        for seq in self.scheduler.take_finished():
+            ticket = seq.ticket
+            ticket.waiting -= 1
+            if ticket.waiting == 0:
+                if ticket.stages:
+                    self._start_stage(ticket)
+                else:
+                    done.append(ticket)
+        for ticket in done:
+            self._tickets.remove(ticket)
+        return done
+
+    def collect(self, ticket: "Ticket") -> list[list[Continuation]]:
+        """A done ticket's continuations, per request (`expand`'s result); their handles
+        now hold the paths."""
+        if not ticket.done or ticket.failed:
+            raise RuntimeError("collect: the ticket is not done" if not ticket.failed else "collect: the ticket failed")
+        seqs = ticket.seqs
+        pooling = [s for s in seqs if s.pool_slot >= 0]
+        embeddings = None
+        if pooling:
+            t0 = time.perf_counter()
+            rows = torch.tensor([s.pool_slot for s in pooling], device=self.device)
+            counts = torch.tensor([s.pooled_count for s in pooling])
+            embeddings = unit_rows(self._ticket_sums.index_select(0, rows), counts).cpu()
+            self._free_sums.extend(s.pool_slot for s in pooling)
+            self.embed_seconds += time.perf_counter() - t0 + self.runner.take_pool_seconds()
+            self.counters["embedded_steps"] += len(pooling)
         out, it = [], iter(seqs)
         rows = iter(embeddings) if embeddings is not None else None
-        for req in requests:
+        for req in ticket.requests:
             conts = []
             for seq in (next(it) for _ in range(req.n)):
                 handle, self._next_handle = self._next_handle, self._next_handle + 1
@@ -213,11 +291,66 @@ class Engine:
                 raise KeyError(f"unknown or already released handle {h}")
             self.tree.unlock(node)
 
+    def _start_stage(self, ticket: "Ticket") -> None:
+        """Queue a ticket's next stage (a level of shared prefixes, or its own sequences),
+        its pooling sequences given rows of the tickets' sums."""
+        stage = ticket.stages.pop(0)
+        for seq in stage:
+            seq.ticket = ticket
+        pooling = [s for s in stage if s.pool_from >= 0]
+        if pooling:
+            self._pool_rows(pooling)
+        ticket.waiting = len(stage)
+        self.scheduler.add(stage)
+
+    def _pool_rows(self, seqs: list[Seq]) -> None:
+        """A zeroed row of the tickets' sums for each pooling sequence (grown as needed;
+        rows are given back by `collect`)."""
+        hidden = self.model.config.hidden_size
+        if len(self._free_sums) < len(seqs):
+            old = self._ticket_sums
+            size = 0 if old is None else old.shape[0]
+            grown = max(2 * size, size + len(seqs) - len(self._free_sums), 64)
+            self._ticket_sums = torch.zeros((grown, hidden), dtype=torch.float32, device=self.device)
+            if old is not None:
+                self._ticket_sums[:size] = old
+            self._free_sums.extend(range(size, grown))
+        for seq in seqs:
+            seq.pool_slot = self._free_sums.pop()
+            self._ticket_sums[seq.pool_slot] = 0
+
+    def _shared_stages(self, items: list[tuple[tuple[int, ...], int, int]]) -> list[list[Seq]]:
+        """The uncached prefixes that several of a call's sequences share, as stages to
+        prefill one after another (`_prefill_shared`'s order: what they share, first)."""
+        prefixes = [p for p in shared_prefixes(items) if self.tree.match(list(p)).slots.numel() < len(p)]
+        if not prefixes:
+            return []
+        return [*self._shared_stages([(p, len(p), 1) for p in prefixes]), [Seq(list(p), len(p)) for p in prefixes]]
+
+    def _compute(self, plan: Plan, sums: torch.Tensor | None, hidden: bool = False) -> None:
+        """One planned step: the runner computes it (adding pooled states to `sums`),
+        sampling picks the next tokens, the scheduler books the results."""
+        pool = None
+        if sums is not None:
+            t0 = time.perf_counter()
+            pool = self._pooling(plan, sums)
+            self.embed_seconds += time.perf_counter() - t0
+        if pool is None:
+            outputs = self.runner.forward(plan.chunks, hidden=hidden)
+        else:
+            outputs = self.runner.forward(plan.chunks, hidden=hidden, pool=pool)
+        tokens = self._sample(plan, outputs)
+        self.scheduler.postprocess(plan, outputs, tokens)
+
     def _run(self, seqs: list[Seq], hidden: bool = False) -> torch.Tensor | None:
         """Run `seqs` to completion (results are left on each `Seq`): the scheduler plans
         each step, the runner computes it, sampling picks the next tokens, the scheduler
         books the results. Returns, when some of `seqs` pool (`Seq.pool_from`), their
-        embeddings in their order ([pooling seqs, hidden], float32, CPU: one transfer), else None."""
+        embeddings in their order ([pooling seqs, hidden], float32, CPU: one transfer), else None.
+        Not while submitted expansions are in flight (`submit`)."""
+        if self._tickets:
+            raise RuntimeError("a synchronous engine call (generate, score) while submitted expansions are in "
+                               "flight: collect them first")
         scheduler = self.scheduler
         pooling = [s for s in seqs if s.pool_from >= 0]
         sums = None
@@ -229,22 +362,13 @@ class Engine:
         try:
             while scheduler.has_work:
                 plan = scheduler.schedule()
-                if not plan.chunks:
-                    continue
-                pool = None
-                if sums is not None:
-                    t0 = time.perf_counter()
-                    pool = self._pooling(plan, sums)
-                    self.embed_seconds += time.perf_counter() - t0
-                if pool is None:
-                    outputs = self.runner.forward(plan.chunks, hidden=hidden)
-                else:
-                    outputs = self.runner.forward(plan.chunks, hidden=hidden, pool=pool)
-                tokens = self._sample(plan, outputs)
-                scheduler.postprocess(plan, outputs, tokens)
+                if plan.chunks:
+                    self._compute(plan, sums, hidden)
         except BaseException:
             scheduler.abort()
             raise
+        finally:
+            scheduler.take_finished()
         if sums is None:
             return None
         t0 = time.perf_counter()
@@ -292,7 +416,7 @@ class Engine:
         tokens per token generated that way, 1.29 this way (docs/results.md, "Throughput
         under a KV budget")."""
         if not self.handles:
-            for seq in reversed(self._inflight):
+            for seq in (s for t in reversed(self._tickets) for s in reversed(t.seqs)):
                 if seq.result_node is not None:
                     self.tree.unlock(seq.result_node)
                     seq.result_node = None
@@ -308,10 +432,8 @@ class Engine:
     def _prefill_shared(self, items: list[tuple[tuple[int, ...], int, int]]) -> None:
         """Compute, once each, the uncached prefixes that several of a call's sequences
         share (see ets/engine/prefix.py); items are (tokens, cacheable length, count)."""
-        prefixes = [p for p in shared_prefixes(items) if self.tree.match(list(p)).slots.numel() < len(p)]
-        if prefixes:
-            self._prefill_shared([(p, len(p), 1) for p in prefixes])  # what they share, first
-            self._run([Seq(list(p), len(p)) for p in prefixes])
+        for stage in self._shared_stages(items):
+            self._run(stage)
 
     def _params(self, max_new_tokens, temperature, top_p, top_k, stop, ignore_eos) -> SamplingParams:
         stop = [stop] if isinstance(stop, (str, int)) else list(stop or ())

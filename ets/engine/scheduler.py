@@ -73,6 +73,7 @@ class Scheduler:
         # postprocess): what `abort` must give back beyond each sequence's computed KV.
         self._unbooked: Plan | None = None
         self._uids = itertools.count()
+        self._finished: list[Seq] = []  # ended since take_finished (Engine.step reads them)
 
     def add(self, seqs: Sequence[Seq]) -> None:
         """Queue `seqs` (they run after those already waiting)."""
@@ -254,6 +255,12 @@ class Scheduler:
         if seq.lock_result:
             self.tree.lock(node)
             seq.result_node = node
+        self._finished.append(seq)
+
+    def take_finished(self) -> list[Seq]:
+        """The sequences that ended since the last call, in the order they ended."""
+        out, self._finished = self._finished, []
+        return out
 
     def _hand_to_tree(self, seq: Seq) -> RadixNode:
         """Cache `seq`'s computed tokens in the tree, drop its lock and row; returns the
@@ -284,6 +291,7 @@ class Scheduler:
             seq.row, seq.prefix_node = -1, None
         self.running.clear()
         self.waiting.clear()
+        self._finished.clear()
 
     def in_use_slots(self) -> list[torch.Tensor]:
         """Slots owned by running sequences (not in the tree, not free)."""

@@ -59,7 +59,8 @@ class Seq:
     lock_result: bool = False                # keep the finished path locked (expand)
     pool_from: int = -1                      # first position whose hidden state is pooled; -1: none
     pool_to: int | None = None               # end of the pooled positions (exclusive); None: all computed
-    pool_slot: int = -1                      # its row of the call's sums (Engine._run)
+    pool_slot: int = -1                      # its row of the call's sums (Engine._run, Engine.submit)
+    ticket: object = None                    # the Engine.submit it belongs to (None: a synchronous call)
     pooled_upto: int = 0                     # positions below this one are pooled already
     pooled_count: int = 0
     # --- runtime state, valid while admitted
