@@ -9,6 +9,8 @@ tokens: asserted), on a real model with its chat template:
     one call    engine.generate(prompts, max_new_tokens=T)
     step-wise   rounds of engine.expand(paths, stop=delimiter) until every path holds T
                 new tokens; each round's paths locked, the last round's released
+    in flight   each path's next step submitted (engine.submit) as soon as its last one
+                ends, the others decoding on: the search loop's way (ets/loop/controller.py)
     hf          transformers' generate on the same batch (left-padded), for reference
 
 Repeats are interleaved and the median and spread (min-max) printed; only ratios inside
@@ -76,6 +78,32 @@ def stepwise(engine: Engine, prompts: list[list[int]], tokens: int, delimiter: s
     return new, rounds
 
 
+def in_flight(engine: Engine, prompts: list[list[int]], tokens: int, delimiter: str) -> list[list[int]]:
+    """Each path's next step submitted as soon as its last one ends (Engine.submit), as the
+    search loop runs each problem's rounds: no path waits for another's step."""
+    engine.evict()
+    new: list[list[int]] = [[] for _ in prompts]
+    held: dict[int, int] = {}
+
+    def submit(i: int):
+        return engine.submit([(prompts[i] + new[i], 1)], max_new_tokens=tokens - len(new[i]), temperature=0.0,
+                             stop=[delimiter], ignore_eos=True)
+
+    owner = {submit(i): i for i in range(len(prompts))}
+    while owner:
+        for ticket in engine.step():
+            i = owner.pop(ticket)
+            [[c]] = engine.collect(ticket)
+            if i in held:
+                engine.release([held[i]])
+            held[i] = c.handle
+            new[i].extend(c.token_ids[:tokens - len(new[i])])
+            if len(new[i]) < tokens:
+                owner[submit(i)] = i
+    engine.release(list(held.values()))
+    return new
+
+
 def hf_generate(model, tokenizer, prompts: list[list[int]], tokens: int) -> None:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     width = max(map(len, prompts))
@@ -108,7 +136,8 @@ def main() -> None:
           f"{args.threads} thread(s), {args.repeats} interleaved repeats")
 
     reference = one_call(engine, prompts, 1)  # warm-up
-    times: dict[str, list[float]] = {"one call": [], "step-wise": [], **({} if args.no_hf else {"hf generate": []})}
+    times: dict[str, list[float]] = {"one call": [], "step-wise": [], "in flight": [],
+                                     **({} if args.no_hf else {"hf generate": []})}
     rounds = 0
     for _ in range(args.repeats):
         t0 = time.perf_counter()
@@ -118,6 +147,10 @@ def main() -> None:
         steps, rounds = stepwise(engine, prompts, args.tokens, delimiter)
         times["step-wise"].append(time.perf_counter() - t0)
         assert steps == reference, "step-wise decoding wrote other tokens than the one call"
+        t0 = time.perf_counter()
+        flying = in_flight(engine, prompts, args.tokens, delimiter)
+        times["in flight"].append(time.perf_counter() - t0)
+        assert flying == reference, "decoding in flight wrote other tokens than the one call"
         if not args.no_hf:
             t0 = time.perf_counter()
             hf_generate(model, tokenizer, prompts, args.tokens)
@@ -129,8 +162,9 @@ def main() -> None:
     for name, ts in times.items():
         print(f"| {name} | {statistics.median(ts):.2f} | {min(ts):.2f}-{max(ts):.2f} | "
               f"{statistics.median(ts) / base:.2f}x |")
-    ratios = [s / o for s, o in zip(times["step-wise"], times["one call"])]
-    print(f"\nstep-wise / one call per repeat: {', '.join(f'{r:.2f}' for r in ratios)}")
+    for name in ("step-wise", "in flight"):
+        ratios = [s / o for s, o in zip(times[name], times["one call"])]
+        print(f"{name} / one call per repeat: {', '.join(f'{r:.2f}' for r in ratios)}")
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()

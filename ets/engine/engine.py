@@ -250,6 +250,19 @@ class Engine:
             self._tickets.remove(ticket)
         return done
 
+    def withdraw(self, ticket: "Ticket") -> None:
+        """Take back a ticket submitted since the last `step` (nothing of it ran yet), e.g.
+        when a later submit of the same caller fails."""
+        running = {id(s) for s in self.scheduler.running}
+        queued = [s for s in self.scheduler.waiting if s.ticket is ticket]
+        if ticket not in self._tickets or any(id(s) in running for s in ticket.seqs) or len(queued) != ticket.waiting:
+            raise RuntimeError("withdraw: the ticket has started running")
+        for seq in queued:
+            self.scheduler.waiting.remove(seq)
+        self._free_sums.extend(s.pool_slot for s in ticket.seqs if s.pool_slot >= 0)
+        self._tickets.remove(ticket)
+        ticket.stages, ticket.waiting, ticket.failed = [], 0, True
+
     def collect(self, ticket: "Ticket") -> list[list[Continuation]]:
         """A done ticket's continuations, per request (`expand`'s result); their handles
         now hold the paths."""

@@ -77,7 +77,7 @@ from ets.loop import rules
 from ets.loop.admission import KVAdmission
 from ets.loop.lookahead import look_ahead
 from ets.loop.record import result_record
-from ets.policy.base import ExpandRequest, Policy, Prompt, PromptTooLong, SamplingSettings
+from ets.policy.base import ExpandRequest, Policy, Prompt, PromptTooLong, SamplingSettings, Step
 from ets.tree import Node, SearchTree, kv_size
 from ets.rewards.base import validate_scores
 from ets.strategies import Frontier, Strategy, build
@@ -141,6 +141,7 @@ class _Active:
     # truncated prompt kept (policy.prompt_overflow=truncate)
     question: str = ""
     started: float = field(default_factory=time.perf_counter)
+    expansion: Any = None  # its round's expansion in flight (a policy that can `submit`)
 
 
 class SearchLoop:
@@ -192,6 +193,13 @@ class SearchLoop:
         self.score_and_embed = getattr(reward, "score_with_embeddings", None)
         self.reward_embeds = bool(getattr(reward, "embeds_steps", False))
         self.reward_embeds_note = getattr(reward, "embeds_steps_note", None)  # why it cannot, when it says
+        # Each problem's rounds on its own clock: submitted, and taken back as soon as its own
+        # steps end (a policy that can: ets/policy/engine.py `submit`/`poll`). Not with
+        # lookahead (its rollouts are whole rounds), nor with a PRM that scores on the
+        # policy's own engine (a scoring call there waits for nothing in flight).
+        reward_engine = getattr(getattr(reward, "backend", None), "engine", None)
+        self.in_flight = (hasattr(policy, "submit") and hasattr(policy, "poll") and not config.lookahead
+                          and (reward_engine is None or reward_engine is not getattr(policy, "engine", None)))
 
     def run(self) -> LoopResult:
         while self.step():
@@ -199,12 +207,15 @@ class SearchLoop:
         return LoopResult([self.results[i] for i in sorted(self.results)], self.stats())
 
     def step(self) -> bool:
-        """One round; False when every problem is done."""
+        """One round; False when every problem is done. With expansions in flight
+        (`in_flight`), the round of the problems whose steps ended first."""
         if not self._checked:
             self.preflight()
         self.admit()
         if not self.active:
             return False
+        if self.in_flight:
+            return self._step_in_flight()
         self._rounds += 1
         self._active_sum += len(self.active)
         self._peak_active = max(self._peak_active, len(self.active))
@@ -222,6 +233,35 @@ class SearchLoop:
         clock["expand_seconds"] += t1 - t0 + t3 - t2
         clock["score_seconds"] += t2 - t1
         clock["select_seconds"] += t4 - t3
+        self.finish(done)
+        return True
+
+    def _step_in_flight(self) -> bool:
+        """Submit the round of every problem that has none in flight; run the policy until
+        some end; score, select and finish those, while the others decode on."""
+        for a in self.active:
+            if a.expansion is None:
+                a.expansion = self.policy.submit(self._requests([a]))
+        clock = self._phase_seconds
+        t0 = time.perf_counter()
+        ready = [a for a in self.active if a.expansion.done]
+        while not ready:
+            finished = set(map(id, self.policy.poll()))
+            ready = [a for a in self.active if id(a.expansion) in finished]
+        self._rounds += 1
+        self._active_sum += len(self.active)
+        self._peak_active = max(self._peak_active, len(self.active))
+        children = {}
+        for a in ready:
+            expansion, a.expansion = a.expansion, None
+            children.update(self._grow([a], expansion.requests, expansion.steps))
+        t1 = time.perf_counter()
+        self.score(children, ready)
+        t2 = time.perf_counter()
+        done = self.select(children, ready)
+        clock["expand_seconds"] += t1 - t0
+        clock["score_seconds"] += t2 - t1
+        clock["select_seconds"] += time.perf_counter() - t2
         self.finish(done)
         return True
 
@@ -322,20 +362,28 @@ class SearchLoop:
 
     def expand(self) -> dict[int, list[Node]]:
         """One policy call for every active allocation; the new children of each problem."""
+        requests = self._requests(self.active)
+        return self._grow(self.active, requests, self.policy.expand(requests))
+
+    def _requests(self, problems: list[_Active]) -> list[ExpandRequest]:
+        """The policy requests of these problems' allocations (one per node to expand)."""
         seed = self.config.seed
         embed = self.embeddings == "policy"
-        requests = [
+        return [
             ExpandRequest((a.index, node_id), a.tree.nodes[node_id].path_token_ids(), n,
                           node_seed(seed, a.problem, node_id), self.sampling, embed)
-            for a in self.active
+            for a in problems
             for node_id, n in a.alloc.items()
         ]
-        steps = self.policy.expand(requests)
-        # The children now lock the paths they extend: the parents' own locks can go.
-        self.policy.release([a.handles.pop(node_id, None) for a in self.active for node_id in a.alloc])
 
-        children: dict[int, list[Node]] = {a.index: [] for a in self.active}
-        by_index = {a.index: a for a in self.active}
+    def _grow(self, problems: list[_Active], requests: list[ExpandRequest],
+              steps: list[list[Step]]) -> dict[int, list[Node]]:
+        """The policy's steps added to these problems' trees; the new children of each."""
+        # The children now lock the paths they extend: the parents' own locks can go.
+        self.policy.release([a.handles.pop(node_id, None) for a in problems for node_id in a.alloc])
+
+        children: dict[int, list[Node]] = {a.index: [] for a in problems}
+        by_index = {a.index: a for a in problems}
         for req, req_steps in zip(requests, steps):
             a = by_index[req.key[0]]
             parent = a.tree.nodes[req.key[1]]
@@ -349,9 +397,9 @@ class SearchLoop:
         self.admission.observe(c for new in children.values() for c in new)
         return children
 
-    def score(self, children: dict[int, list[Node]]) -> None:
-        """One reward call for every new child of every active problem."""
-        with_children = [a for a in self.active if children[a.index]]
+    def score(self, children: dict[int, list[Node]], problems: list[_Active] | None = None) -> None:
+        """One reward call for every new child of these problems (default: every active one)."""
+        with_children = [a for a in (self.active if problems is None else problems) if children[a.index]]
         if not with_children:
             return
         questions = [a.question for a in with_children]
@@ -385,16 +433,18 @@ class SearchLoop:
         for a in self.active:
             a.lookahead_tokens += tokens.get(a.index, 0)
 
-    def select(self, children: dict[int, list[Node]]) -> list[_Active]:
-        """Each strategy allocates its problem's next round; the problems that are over."""
-        frontiers = {a.index: self._frontier(a, children[a.index]) for a in self.active}
+    def select(self, children: dict[int, list[Node]], problems: list[_Active] | None = None) -> list[_Active]:
+        """Each strategy allocates its problem's next round (these problems', default every
+        active one's); the problems that are over."""
+        problems = self.active if problems is None else problems
+        frontiers = {a.index: self._frontier(a, children[a.index]) for a in problems}
         selecting = [f for f in frontiers.values() if f is not None]
         if selecting:
             # Once-per-round batch work (e.g. ETS embeds every new step text in one call);
             # the strategy splits its cost over these frontiers' metrics.
             self.strategy.prepare(selecting)
         done = []
-        for a in self.active:
+        for a in problems:
             frontier = frontiers[a.index]
             a.alloc = {} if frontier is None else self._allocation(frontier)
             # Completed and pruned children will never be expanded: their KV may be evicted.

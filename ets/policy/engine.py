@@ -32,6 +32,7 @@ forward: ets/engine/hidden.py) and hands out one vector a step; `stats()` counts
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from typing import Any, Hashable
 
 from ets.config import ConfigError, PolicyConfig, SearchConfig
@@ -41,6 +42,18 @@ from ets.engine.memory import plan_for
 from ets.engine.pool import PoolTooLarge
 from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
 from ets.policy.steps import PromptsAndSteps, at_context, model_context, new_token_cap
+
+
+@dataclass(eq=False)
+class ExpandTicket:
+    """One `EnginePolicy.submit`: its requests, one engine ticket per sampling group
+    (`parts`), and once `done` the steps per request, as `expand` returns them."""
+    requests: list[ExpandRequest]
+    steps: list[list[Step]]
+    parts: list[tuple[Any, SamplingSettings, list[int]]] = field(default_factory=list)
+    finished: int = 0
+    done: bool = False
+    failed: bool = False
 
 
 class EnginePolicy(PromptsAndSteps):
@@ -56,6 +69,7 @@ class EnginePolicy(PromptsAndSteps):
         self._rng = random.Random(search.seed)  # seeds for requests that carry none
         self._held: set[int] = set()            # handles given out and not yet released
         self._stats = {"generated_tokens": 0, "expand_calls": 0}
+        self._owner: dict[Any, ExpandTicket] = {}  # engine tickets in flight -> the expansion they serve
         self._live_sum = 0
         # step embeddings need the final norm's output (every decoder the engine runs has one)
         self.embeds_steps = final_norm(engine.model) is not None
@@ -77,7 +91,18 @@ class EnginePolicy(PromptsAndSteps):
         return cls(engine, policy, search)
 
     def expand(self, requests: list[ExpandRequest]) -> list[list[Step]]:
-        out: list[list[Step]] = [[] for _ in requests]
+        ticket = self.submit(requests)
+        while not ticket.done:
+            self.poll()
+        return ticket.steps
+
+    # Expansions in flight together (Engine.submit): the search loop submits each problem's
+    # round on its own and takes it back as soon as its steps end, so one problem's long
+    # step does not hold up the others' next rounds (ets/loop/controller.py).
+    def submit(self, requests: list[ExpandRequest]) -> "ExpandTicket":
+        """Start `expand(requests)` without waiting; `poll` until the ticket is `done`,
+        then its `steps` are `expand`'s result."""
+        ticket = ExpandTicket(requests, [[] for _ in requests])
         groups: dict[tuple[SamplingSettings, int, bool], list[int]] = {}
         seeds = []
         for i, req in enumerate(requests):
@@ -85,34 +110,69 @@ class EnginePolicy(PromptsAndSteps):
             seeds.append(req.seed if req.seed is not None else self._rng.getrandbits(62))
             cap = new_token_cap(len(req.token_ids), self.context_tokens, sampling.max_step_tokens)
             if cap == 0:  # the path fills the context already: nothing more can be decoded
-                out[i] = [Step("", [], "context") for _ in range(req.n)]
+                ticket.steps[i] = [Step("", [], "context") for _ in range(req.n)]
                 continue
             groups.setdefault((sampling, cap, req.embed), []).append(i)
-        given: list[int] = []  # this call's handles, released again if a later group fails
-        for (sampling, cap, embed), members in groups.items():
-            try:
-                conts = self.engine.expand(
+        try:
+            for (sampling, cap, embed), members in groups.items():
+                part = self.engine.submit(
                     [(requests[i].token_ids, requests[i].n, seeds[i]) for i in members], max_new_tokens=cap,
                     temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                     stop=[self.config.step_delimiter], embed=embed,
                 )
-            except BaseException:
-                self.release(given)
-                raise
-            given.extend(c.handle for req_conts in conts for c in req_conts)
+                ticket.parts.append((part, sampling, members))
+                self._owner[part] = ticket
+        except BaseException:  # nothing of this call ran yet: its parts are taken back
+            for part, _, _ in ticket.parts:
+                self.engine.withdraw(part)
+            self._drop(ticket)
+            raise
+        self._stats["expand_calls"] += 1
+        if not ticket.parts:
+            ticket.done = True
+        return ticket
+
+    def poll(self) -> list["ExpandTicket"]:
+        """One forward of everything submitted; the tickets that finished with it. An
+        error fails every ticket in flight (no handle of theirs goes out)."""
+        try:
+            finished = self.engine.step()
+        except BaseException:
+            for ticket in set(self._owner.values()):
+                self._drop(ticket)
+            raise
+        done = []
+        for part in finished:
+            ticket = self._owner.pop(part)
+            ticket.finished += 1
+            if ticket.finished == len(ticket.parts):
+                self._hand_out(ticket)
+                done.append(ticket)
+        return done
+
+    def _hand_out(self, ticket: "ExpandTicket") -> None:
+        """A finished ticket's continuations, cut into steps, their handles held."""
+        requests = ticket.requests
+        for part, sampling, members in ticket.parts:
             cutter = self.cutter(sampling.max_step_tokens)
-            for i, req_conts in zip(members, conts):
+            for i, req_conts in zip(members, self.engine.collect(part)):
                 path_len = len(requests[i].token_ids)
                 for c in req_conts:
                     step = at_context(cutter.cut(c.token_ids), path_len, self.context_tokens)
                     embedding = None if c.embedding is None else c.embedding.numpy()
-                    out[i].append(step._replace(handle=c.handle, embedding=embedding))
+                    ticket.steps[i].append(step._replace(handle=c.handle, embedding=embedding))
                     self._held.add(c.handle)
                     self._stats["generated_tokens"] += len(c.token_ids)
-        self._stats["expand_calls"] += 1
+        ticket.done = True
         # Right after a round every child holds its path: the live KV of the search.
         self._live_sum += self.engine.stats()["locked_kv_tokens"]
-        return out
+
+    def _drop(self, ticket: "ExpandTicket") -> None:
+        """Forget a ticket that failed: its parts still in flight are aborted by the engine's
+        own error handling; those already collected are released."""
+        for part, _, _ in ticket.parts:
+            self._owner.pop(part, None)
+        ticket.failed = True
 
     def release(self, handles: list[Hashable | None]) -> None:
         mine = [h for h in handles if h is not None]
