@@ -113,6 +113,7 @@ def search(config: ConfigLike, problems: Iterable[ProblemLike] | None = None, *,
     policy = policy or build_policy(config)
     reward = reward or build_reward(config, policy)
     return _search(items, policy, reward, config.search, strategy=strategy, save_trees=config.save_trees,
+                   in_flight=None if config.rounds == "in_flight" else False,
                    concurrency=config.concurrency if concurrency is None else concurrency,
                    on_result=on_result, progress=progress)
 

@@ -18,6 +18,7 @@ they are.
 
     python scripts/bench_concurrency.py                       # demo, rebase W=16, 16 problems
     python scripts/bench_concurrency.py --method ets --width 64 --problems 8 --concurrency 1,8
+    python scripts/bench_concurrency.py --concurrency 16 --rounds whole,in-flight   # rounds in flight or whole
 """
 
 from __future__ import annotations
@@ -59,13 +60,13 @@ def fresh(policy, reward) -> None:
         backend.clear_cache()
 
 
-def one_run(problems, policy, reward, config, concurrency: int) -> dict:
+def one_run(problems, policy, reward, config, concurrency: int, in_flight: bool | None = None) -> dict:
     fresh(policy, reward)
     strategy = build_strategy(config.search)
     strategy.warm_up()
     faults0, cpu0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time(), time.perf_counter()
     records, stats = SearchLoop(problems, policy, reward, config.search, strategy=strategy,
-                                concurrency=concurrency).run()
+                                concurrency=concurrency, in_flight=in_flight).run()
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
     tokens = sum(r["generated_tokens"] for r in records)
@@ -90,6 +91,9 @@ def main(argv=None) -> None:
     ap.add_argument("--width", type=int, default=16)
     ap.add_argument("--problems", type=int, default=16)
     ap.add_argument("--concurrency", default="1,4,16", help="comma-separated values of C")
+    ap.add_argument("--rounds", default="in-flight",
+                    help="comma-separated: in-flight (each problem's round on its own, the default) and/or whole "
+                         "(every problem waits for the round's longest step)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the machine is shared)")
     ap.add_argument("overrides", nargs="*", help="config overrides, key=value")
@@ -101,33 +105,37 @@ def main(argv=None) -> None:
     problems = load_problems(config.data)
     policy = build_policy(config.policy, config.search)
     reward = build_reward(config, policy)
-    values = [int(c) for c in args.concurrency.split(",")]
+    modes = {"in-flight": True, "whole": False}
+    values = [(int(c), m) for c in args.concurrency.split(",") for m in args.rounds.split(",")]
+    if any(m not in modes for _, m in values):
+        ap.error(f"--rounds: choose from {', '.join(modes)}")
     print(f"{args.method} W={args.width}, {len(problems)} problems, {args.threads} thread(s), "
           f"{args.repeats} interleaved repeats, policy {config.policy.model} on {config.policy.backend}")
 
     # One untimed run first: the pools' pages are touched once, outside every measurement.
-    one_run(problems[:2], policy, reward, config, max(values))
-    runs: dict[int, list[dict]] = {c: [] for c in values}
+    one_run(problems[:2], policy, reward, config, max(c for c, _ in values))
+    runs: dict[tuple[int, str], list[dict]] = {v: [] for v in values}
     for rep in range(args.repeats):
         order = values[rep % len(values):] + values[:rep % len(values)]
-        for c in order:
-            runs[c].append(one_run(problems, policy, reward, config, c))
-            r = runs[c][-1]
-            print(f"  repeat {rep + 1}, C={c}: {r['tokens']:,} tokens, {r['wall_us']:.1f} us/token", flush=True)
+        for c, mode in order:
+            runs[c, mode].append(one_run(problems, policy, reward, config, c, modes[mode]))
+            r = runs[c, mode][-1]
+            print(f"  repeat {rep + 1}, C={c}, {mode} rounds: {r['tokens']:,} tokens, {r['wall_us']:.1f} us/token",
+                  flush=True)
 
     base = statistics.median(r["wall_us"] for r in runs[values[0]])
-    print(f"\n| C | in flight (mean) | wall us/token | policy us/token | reward us/token | CPU us/token | minor faults / 1k tokens "
-          f"| wall vs C={values[0]} |")
-    print("|---|---|---|---|---|---|---|---|")
-    for c in values:
-        rs = runs[c]
+    print(f"\n| C | rounds | in flight (mean) | wall us/token | policy us/token | reward us/token | CPU us/token "
+          f"| minor faults / 1k tokens | wall vs C={values[0][0]}, {values[0][1]} |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for c, mode in values:
+        rs = runs[c, mode]
         ratio = statistics.median(r["wall_us"] for r in rs) / base
-        print(f"| {c} | {rs[0]['in_flight']:.1f} | {spread([r['wall_us'] for r in rs])} "
+        print(f"| {c} | {mode} | {rs[0]['in_flight']:.1f} | {spread([r['wall_us'] for r in rs])} "
               f"| {spread([r['policy_us'] for r in rs])} | {spread([r['reward_us'] for r in rs])} "
               f"| {spread([r['cpu_us'] for r in rs])} "
               f"| {spread([r['faults_per_1k'] for r in rs])} | {ratio:.2f}x |")
     answers = {tuple(map(tuple, r["answers"])) for rs in runs.values() for r in rs}
-    print(f"\nrecords identical across C and repeats: {'yes' if len(answers) == 1 else 'NO'}")
+    print(f"\nrecords identical across C, rounds and repeats: {'yes' if len(answers) == 1 else 'NO'}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ compared   every key that changes a problem's result, flattened (`search.width`,
            last number with), the reward (name, model, options). A key added to
            a config class later is compared by default: a false refusal costs a flag, a
            silent mix costs a paper.
-recorded   kept for the reader, never compared: the output path, `concurrency`,
+recorded   kept for the reader, never compared: the output path, `concurrency`, `rounds`,
            `save_trees` and `torch_threads` (a problem's result does not depend on what
            else is in flight, nor on how many threads compute it),
            the ETS recipe's `num_threads` and preset names (a preset is compared as the
@@ -60,7 +60,7 @@ from ets.plugins import source_fingerprint
 
 FORMAT = 1
 NOT_COMPARED = frozenset({
-    "output", "concurrency", "save_trees", "torch_threads",
+    "output", "concurrency", "rounds", "save_trees", "torch_threads",
     "policy.kv_budget_tokens", "policy.max_batch_tokens", "policy.memory_fraction", "policy.reward_memory_share",
     # the ETS recipe keys: num_threads does nothing here, and a preset's effect is compared
     # as the policy and reward keys it set

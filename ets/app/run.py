@@ -71,6 +71,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
             loop = SearchLoop(
                 todo, policy, reward, config.search, strategy=strategy,
                 concurrency=config.concurrency, on_result=on_result, progress=bar, save_trees=config.save_trees,
+                in_flight=None if config.rounds == "in_flight" else False,
             )
             # The models and modules out of the cycle collector's way while searching, and
             # back under it after, so that a process running one search after another

@@ -67,7 +67,8 @@ class Worker:
 
         config = self.config
         result = SearchLoop(problems, self.policy, self.reward, config.search, strategy=self.strategy,
-                            concurrency=config.concurrency, save_trees=config.save_trees).run()
+                            concurrency=config.concurrency, save_trees=config.save_trees,
+                            in_flight=None if config.rounds == "in_flight" else False).run()
         s = result.stats
         self.problems += len(problems)
         self._rounds += s.rounds

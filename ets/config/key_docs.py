@@ -143,6 +143,11 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "concurrency": "Problems searched at once (one batched policy call per round); results do not depend "
                        "on it.",
         "save_trees": "Add each whole search tree to its problem's result line.",
+        "rounds": "`in_flight`: each problem's round runs on its own and is scored as soon as its own steps "
+                  "end, while the others decode on (the engine policy; the hf and vLLM policies, `lookahead` "
+                  "and a PRM on the policy's own engine run whole rounds); `whole`: every round waits for its "
+                  "longest step. Results do not depend on it; which is faster does "
+                  "([ARCHITECTURE.md](ARCHITECTURE.md#one-round-of-the-search-loop)).",
         "torch_threads": "torch's intra-op threads in this process; null: torch's default, one per core. Small "
                          "models often run faster on fewer ([backends.md](backends.md)).",
         "num_threads": "The ETS code's SGLang client threads: accepted, with no effect here (a logged line says "

@@ -26,7 +26,7 @@ from ets.config.yaml_input import RefusedYAML, problem, read_yaml
 
 
 SECTIONS = {"search": SearchConfig, "policy": PolicyConfig, "reward": RewardConfig, "data": DataConfig}
-TOP_LEVEL = ("output", "concurrency", "save_trees", "torch_threads", "num_threads", "policy_model_type",
+TOP_LEVEL = ("output", "concurrency", "rounds", "save_trees", "torch_threads", "num_threads", "policy_model_type",
              "reward_model_type", "no_effect")
 # The output file a recipe's `store_path` (a folder) gets.
 STORE_PATH_FILE = FOLDER_RESULTS_FILE

@@ -394,6 +394,9 @@ def sliced_output(output: str, label: str) -> str:
 TORCH_THREADS_LIMIT = 2**31
 
 
+ROUNDS = ("in_flight", "whole")
+
+
 @dataclass
 class RunConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
@@ -403,6 +406,9 @@ class RunConfig:
     output: str = "runs/results.jsonl"
     concurrency: int = 8              # problems searched at once (one batched call per round)
     save_trees: bool = False          # add each whole search tree to its result line
+    # in_flight: each problem's round on its own, scored as soon as its steps end (the engine
+    # policy; others run whole rounds) | whole: every round waits for its longest step
+    rounds: str = "in_flight"
     # torch's intra-op threads in this process (None: torch's default, one per core). Small
     # models run thousands of small ops, where a thread wake-up costs more than the work:
     # the demo runs 1.35x faster on 1 thread than on 2 on a 2-core CPU (demo.yaml).
@@ -418,6 +424,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         integer("concurrency", self.concurrency, 1)
+        choice("rounds", self.rounds, ROUNDS)
         self.no_effect = dict(self.no_effect)
         if self.data.sliced:
             # Each slice of a dataset writes its own file: the jobs of an array given one

@@ -1,5 +1,6 @@
 """The search loop: many problems at once, one batched policy call and one batched reward
-call per round (docs/ARCHITECTURE.md, "One round of the search loop").
+call per round (docs/ARCHITECTURE.md, "One round of the search loop"); on the engine each
+problem's round in flight on its own (`in_flight`, "Rounds in flight" there).
 
     loop = SearchLoop(problems, policy, reward, config, concurrency=8)
     records, stats = loop.run()
@@ -166,6 +167,7 @@ class SearchLoop:
         on_result: Callable[[dict[str, Any]], None] | None = None,
         progress: Any = None,
         save_trees: bool = False,
+        in_flight: bool | None = None,
     ):
         self.policy = policy
         self.config = config
@@ -197,9 +199,15 @@ class SearchLoop:
         # steps end (a policy that can: ets/policy/engine.py `submit`/`poll`). Not with
         # lookahead (its rollouts are whole rounds), nor with a PRM that scores on the
         # policy's own engine (a scoring call there waits for nothing in flight).
+        # `in_flight`: None, whenever it can; False: every problem's round together (records
+        # are the same either way, only the time differs: `rounds` in the run config).
         reward_engine = getattr(getattr(reward, "backend", None), "engine", None)
-        self.in_flight = (hasattr(policy, "submit") and hasattr(policy, "poll") and not config.lookahead
-                          and (reward_engine is None or reward_engine is not getattr(policy, "engine", None)))
+        can = (hasattr(policy, "submit") and hasattr(policy, "poll") and not config.lookahead
+               and (reward_engine is None or reward_engine is not getattr(policy, "engine", None)))
+        if in_flight and not can:
+            raise ValueError("in_flight: this policy cannot submit expansions, or lookahead or a PRM on the "
+                             "policy's own engine needs whole rounds")
+        self.in_flight = can if in_flight is None else in_flight
 
     def run(self) -> LoopResult:
         while self.step():
@@ -238,7 +246,9 @@ class SearchLoop:
 
     def _step_in_flight(self) -> bool:
         """Submit the round of every problem that has none in flight; run the policy until
-        some end; score, select and finish those, while the others decode on."""
+        some have ended theirs; score, select and finish those, while the others decode on.
+        (Waiting for more of them, half, made more forwards, not fewer: the demo, rebase
+        W=16, 8 problems, 640 against 527 in whole rounds and 518 this way.)"""
         for a in self.active:
             if a.expansion is None:
                 a.expansion = self.policy.submit(self._requests([a]))
@@ -246,8 +256,8 @@ class SearchLoop:
         t0 = time.perf_counter()
         ready = [a for a in self.active if a.expansion.done]
         while not ready:
-            finished = set(map(id, self.policy.poll()))
-            ready = [a for a in self.active if id(a.expansion) in finished]
+            self.policy.poll()
+            ready = [a for a in self.active if a.expansion.done]
         self._rounds += 1
         self._active_sum += len(self.active)
         self._peak_active = max(self._peak_active, len(self.active))
