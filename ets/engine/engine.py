@@ -16,6 +16,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from ets.engine.allocator import SlotAllocator
+from ets.engine import compiled
 from ets.engine.attention import check_supported
 from ets.engine.hidden import unit_rows
 from ets.engine.pool import KVPool, kv_storage_dtype
@@ -64,7 +65,7 @@ def sample_seed(seed: int, k: int) -> int:
 class Engine:
     def __init__(self, model, tokenizer=None, kv_budget_tokens: int | None = None,
                  max_batch_tokens: int | None = None, kv_dtype: str | torch.dtype | None = None,
-                 batch_invariant: bool = True, cascade: bool = True):
+                 batch_invariant: bool = True, cascade: bool = True, compile: str | bool = "auto"):
         """kv_budget_tokens: the pool, in tokens (None: DEFAULT_KV_TOKENS); max_batch_tokens:
         new tokens per forward, longer prefills are chunked (None: DEFAULT_MAX_BATCH_TOKENS);
         kv_dtype: how K/V are stored (None: the model's dtype; see pool.py);
@@ -72,7 +73,10 @@ class Engine:
         its batch-mates (invariant.py; False: faster at a few sequences, not invariant);
         cascade: decode sequences with siblings read their shared prefix once (cascade.py;
         False: every sequence attends its whole context plainly, e.g. to measure what the
-        cascade buys on a device, `scripts/bench_engine.py --cascade on,off`)."""
+        cascade buys on a device, `scripts/bench_engine.py --cascade on,off`);
+        compile: "on": the model's forward runs under torch.compile, attention an opaque op
+        (compiled.py); "off": eagerly; "auto": compiled on CUDA, eager on the CPU
+        (compiled.enabled says why)."""
         kv_budget_tokens = DEFAULT_KV_TOKENS if kv_budget_tokens is None else kv_budget_tokens
         max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS if max_batch_tokens is None else max_batch_tokens
         if max_batch_tokens < 1:
@@ -91,7 +95,8 @@ class Engine:
         # host seconds spent pooling step embeddings (the index lists, the adds, the one
         # transfer a call); on a GPU the adds themselves run beside the forwards
         self.embed_seconds = 0.0
-        self.runner = ModelRunner(model, self.pool, self.table, batch_invariant, cascade)
+        self.runner = ModelRunner(model, self.pool, self.table, batch_invariant, cascade,
+                                  compiled.enabled(compile, self.device))
         self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
         self.handles: dict[int, RadixNode] = {}
         # Handles whose lock was spilled under memory pressure: still valid to release,
@@ -106,7 +111,8 @@ class Engine:
     def from_pretrained(cls, path_or_model, kv_budget_tokens: int | None = None, device: str = "cpu",
                         dtype: str | torch.dtype = "float32", tokenizer=None, max_batch_tokens: int | None = None,
                         seed: int = 0, kv_dtype: str | torch.dtype | None = None,
-                        batch_invariant: bool = True, cascade: bool = True) -> "Engine":
+                        batch_invariant: bool = True, cascade: bool = True,
+                        compile: str | bool = "auto") -> "Engine":
         """From a path, hub name or `tiny:<arch>` (loaded with its tokenizer), or from a
         built model (then `device`/`dtype` are its own; pass `tokenizer` for stop strings)."""
         if isinstance(path_or_model, str):
@@ -116,7 +122,7 @@ class Engine:
             tokenizer = tokenizer or loaded_tok
         else:
             model = path_or_model
-        return cls(model, tokenizer, kv_budget_tokens, max_batch_tokens, kv_dtype, batch_invariant, cascade)
+        return cls(model, tokenizer, kv_budget_tokens, max_batch_tokens, kv_dtype, batch_invariant, cascade, compile)
 
     # ------------------------------------------------------------- generation
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 1.0,
@@ -386,8 +392,11 @@ class Engine:
         unlocked LRU cache); locked_kv_tokens = the paths held by live handles;
         peak_live_kv_tokens = the most that had to be resident (locked + running);
         embedded_steps / embed_seconds = step embeddings pooled (expand(embed=True),
-        score_pooled) and the host time their pooling took."""
+        score_pooled) and the host time their pooling took; compiled_graphs /
+        compile_seconds = the graphs a compiled forward compiled since the engine was built
+        and the seconds of the forwards that compiled them (0 when eager)."""
         resident = self.allocator.n_used
+        compiled_model = self.runner.compiled
         return {
             "resident_kv_tokens": resident,
             "resident_kv_bytes": resident * self.pool.bytes_per_token,
@@ -398,6 +407,8 @@ class Engine:
             "live_handles": len(self.handles),
             **self.counters,
             "embed_seconds": self.embed_seconds,
+            "compiled_graphs": compiled_model.graphs if compiled_model else 0,
+            "compile_seconds": compiled_model.compile_seconds if compiled_model else 0.0,
         }
 
     def check(self) -> None:
