@@ -102,6 +102,11 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "kv_dtype": "engine: how K and V are stored; null: as `dtype`. `bfloat16` under a float32 model holds "
                     "twice the tokens in the same memory, its logits about 1e-3 off.",
         "max_batch_tokens": "engine: the tokens of one forward pass.",
+        "compile": "engine: `on` runs the model's forward under `torch.compile` (attention an opaque op; on cuda "
+                   "replayed as CUDA graphs, the rows padded to a few sizes); `off` runs it eagerly; `auto` "
+                   "compiles on cuda, where an eager step is mostly kernel launches, and not on cpu, where "
+                   "compiling did not pay on the models measured (a cpu step is matmuls and attention, which "
+                   "it leaves as they are) and costs ~20 s before the first step.",
         "max_context": "Tokens a path (prompt and steps) may hold; null: the model's `max_position_embeddings`.",
         "prompt_overflow": "A prompt that fills the context: `error` stops the run naming the problem; "
                            "`truncate` keeps the end of its question, inside its template.",

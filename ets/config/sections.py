@@ -235,6 +235,8 @@ DTYPES = ("float32", "float16", "bfloat16")  # policy.dtype, policy.kv_dtype
 AUTO_DTYPES = {"cuda": "bfloat16", "cpu": "float32", "mps": "float16"}
 # policy.chat_template: auto uses the tokenizer's chat template when it has one.
 CHAT_TEMPLATE_MODES = ("auto", True, False)
+# policy.compile (ets/engine/compiled.py: what auto picks and why)
+COMPILE_MODES = ("auto", "on", "off")
 # policy.device: what the models are put on (ets/models/load.py checks this machine has it).
 DEVICE = re.compile(r"(cpu|cuda|mps)(:[0-9]+)?")
 
@@ -263,6 +265,9 @@ class PolicyConfig:
     kv_dtype: str | None = None       # engine: how K/V are stored (None: as `dtype`); bfloat16 under a
                                       # float32 model halves KV bytes (faster large batches, logits ~1e-3 off)
     max_batch_tokens: int = 8192      # engine: tokens per forward
+    # engine: the model's forward under torch.compile (on), eager (off), or auto: compiled on
+    # cuda, eager on cpu (COMPILE_MODES; YAML's bare on/off read as true/false count too)
+    compile: bool | str = "auto"
     max_context: int | None = None    # tokens a path may hold (None: the model's max_position_embeddings)
     prompt_overflow: str = "error"    # a prompt that fills the context: error | truncate (keep the end of its question, inside its template)
     # vllm: vLLM's own engine options, passed to `vllm.LLM` (names in VLLM_OPTIONS), e.g.
@@ -300,6 +305,9 @@ class PolicyConfig:
         if self.kv_budget_tokens is not None:
             integer("policy.kv_budget_tokens", self.kv_budget_tokens, 1)
         integer("policy.max_batch_tokens", self.max_batch_tokens, 1)
+        if isinstance(self.compile, bool):  # `compile: on` in YAML is a bool
+            self.compile = "on" if self.compile else "off"
+        choice("policy.compile", self.compile, COMPILE_MODES)
 
     def inert_keys_note(self) -> str | None:
         """A line for keys this backend reads nothing from, else None. Not an error (as

@@ -66,7 +66,7 @@ class EnginePolicy(PromptsAndSteps):
             engine = Engine.from_pretrained(
                 policy.model, kv_budget_tokens=policy.kv_budget_tokens, device=policy.device,
                 dtype=policy.dtype, max_batch_tokens=policy.max_batch_tokens, seed=search.seed,
-                kv_dtype=policy.kv_dtype,
+                kv_dtype=policy.kv_dtype, compile=policy.compile,
             )
         except PoolTooLarge as exc:
             raise ConfigError(f"policy.kv_budget_tokens: {exc}") from None
