@@ -10,28 +10,34 @@ Paged attention stays outside the compiler: it is a custom op (`ets::paged_atten
 whose inputs are this layer's query, key and value and whose output is the attention
 output, while the forward's metadata (a `PackedBatch`: Python lists, groups and kept
 buffers that change every step) reaches it beside the graph, set by `CompiledModel` for
-the duration of each call. The graph is then the whole model, one piece, the op opaque
-within it (a `torch.compiler.disable`d function would instead break the graph at every
-layer, and dynamo then runs the loop over layers eagerly). On CUDA the op is marked
-unsafe for CUDA graphs, so inductor partitions the graph there: the pieces between the
-layers' attention are graphed, attention runs eagerly between them.
+the duration of each call. The graph is then the whole model, the op opaque within it
+(the attention function `torch.compiler.disable`d instead breaks the graph at every
+layer's attention: a 4-layer model compiled 10 graphs that way, each entered from
+Python, against one). On CUDA the op is marked unsafe for CUDA graphs, so inductor
+partitions the graph there: the pieces between the layers' attention are graphed,
+attention runs eagerly between them.
 
 Shapes: the packed row count changes every step. Marked dynamic (`DYNAMIC`), one graph
-serves every row count (on the CPU: a handful of graphs over a run, see
-`CompiledModel.graphs`); on CUDA, where a CUDA graph is recorded per shape, the rows are
-padded to a few sizes (`bucket`), so that steps reuse a few recordings. Padding rows are
-the runner's own (copies of the last token, K/V to the pool's scratch slot, outputs
-dropped), so they change no number of the real rows (invariant.py).
+serves every row count: over the demo policy's tree benchmark, one graph in all; over any
+run at most five (`CompiledModel.graphs`: logits of all rows or of some, each with the
+final hidden states handed out or not, and hidden states). Static, a graph per padded
+row count (`bucket`) and per kept count. On CUDA, where a CUDA graph is recorded per
+shape, the rows are padded to those few sizes, so that steps reuse a few recordings.
+Padding rows are the runner's own (copies of the last token, K/V to the pool's scratch
+slot, outputs dropped), so they change no number of the real rows (invariant.py), and
+the compiled forward keeps the engine's batch invariance on the CPU
+(tests/test_engine_compile.py).
 """
 
 from __future__ import annotations
 
 import time
+
 import torch
 
 from ets.engine import attention
 from ets.engine.attention import PackedBatch
-from ets.engine.hidden import final_norm
+from ets.engine.hidden import final_norm, model_name
 
 # the attention function's name in `transformers.AttentionInterface` while a compiled
 # forward runs (the eager forward's is attention.ATTENTION_NAME)
@@ -82,9 +88,12 @@ def register() -> None:
 
 def enabled(mode: str | bool, device: torch.device) -> bool:
     """Whether `compile` (auto | on | off, or a bool) compiles on `device`. auto: on CUDA
-    only. On the CPU compiling did not pay (the tree benchmark ran at 0.95-1.0x eager on
-    the demo policy and SmolLM2-135M, after a compile of ~20 s a graph): a CPU step's time
-    is the matmuls and attention, which the compiler leaves as they are."""
+    only, where an eager step is mostly kernel launches. On the CPU compiling did not pay
+    for its start-up: the tree benchmark (scripts/bench_engine.py --compile off,on) ran
+    0.99x eager on SmolLM2-135M after 80 s of compiling, and 1.0-1.16x (medians of runs
+    on a shared machine, each spread over +-30%) on the 1M-parameter demo policy after
+    10-20 s; a CPU step's time is mostly matmuls and attention, which compiling leaves
+    as they are."""
     if isinstance(mode, bool):
         return mode
     if mode not in MODES:
@@ -172,6 +181,8 @@ class CompiledModel:
         finally:
             _current.pop()
             _capture.want, _capture.states = False, None
+        if states and final is None:  # as hidden.final_hidden says it in an eager forward
+            raise ValueError(f"the model ({model_name(self.model)}) has no final norm to read its hidden states from")
         compiled = counters["stats"]["unique_graphs"] - before
         if compiled:
             self.graphs += compiled
