@@ -388,7 +388,7 @@ def tree(model, tok, args) -> tuple[list[str], float]:
             policy.release_all()
             stats = policy.engine.stats()
             print(f"  tree, {name}: first run {time.perf_counter() - start:.1f} s, "
-                  f"{stats['compiled_graphs']} graphs compiled in {stats['compile_seconds']:.1f} s",
+                  f"{stats['compiled_graphs']} graphs compiled so far, in {stats['compile_seconds']:.1f} s",
                   flush=True)
     results: dict[str, list[dict]] = {name: [] for name in backends}
     for rep in range(args.repeats):
@@ -430,7 +430,7 @@ def tree(model, tok, args) -> tuple[list[str], float]:
         if est["compiled_graphs"]:
             lines.append(f"{name} compiled: {est['compiled_graphs']} graphs over every run, in "
                          f"{est['compile_seconds']:.1f} s (the forwards that compiled them)")
-    for v in [v for v in vs if v.compile != vs[0].compile]:  # a compiled engine against the first (or the reverse), repeat by repeat
+    for v in [v for v in vs if v.compile != vs[0].compile]:  # compiled against eager (or back), repeat by repeat
         name, first = engine_name(v, vs), engine_name(vs[0], vs)
         ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(results[name], results[first])]
         lines.append(f"ratio ({name} / {first}), per repeat: median {statistics.median(ratios):.2f} "
