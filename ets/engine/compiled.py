@@ -90,10 +90,9 @@ def enabled(mode: str | bool, device: torch.device) -> bool:
     """Whether `compile` (auto | on | off, or a bool) compiles on `device`. auto: on CUDA
     only, where an eager step is mostly kernel launches. On the CPU compiling did not pay
     for its start-up: the tree benchmark (scripts/bench_engine.py --compile off,on) ran
-    0.99x eager on SmolLM2-135M after 80 s of compiling, and 1.0-1.16x (medians of runs
-    on a shared machine, each spread over +-30%) on the 1M-parameter demo policy after
-    10-20 s; a CPU step's time is mostly matmuls and attention, which compiling leaves
-    as they are."""
+    0.99x eager on SmolLM2-135M after 80 s of compiling, and 1.05x (0.97-1.10 over 9
+    repeats; 1.00-1.16x in noisier runs) on the 1M-parameter demo policy after 6-20 s; a
+    CPU step's time is mostly matmuls and attention, which compiling leaves as they are."""
     if isinstance(mode, bool):
         return mode
     if mode not in MODES:
