@@ -29,6 +29,7 @@ graphs   (CUDA only) The model's floor as above, eager against replayed from a C
     python scripts/bench_engine.py --model qwen1.5b --device cuda --dtype bfloat16   # random init, no download
     python scripts/bench_engine.py --kv-dtype float32,bfloat16   # also an engine storing K/V in bfloat16
     python scripts/bench_engine.py --cascade on,off              # also an engine without the cascade (cascade.py)
+    python scripts/bench_engine.py --compile off,on              # also an engine whose forward is compiled (compiled.py)
     python scripts/bench_engine.py --suite graphs --model qwen1.5b --device cuda --dtype bfloat16
 
 The last line is `speedup: X.XX` (tree suite, engine / hf, median, the first thread count).
@@ -65,15 +66,17 @@ DEMO_POLICY = Path(__file__).resolve().parents[1] / "ets" / "demo" / "checkpoint
 
 
 def build_model(name: str, device: str, dtype: str, seed: int = 0):
-    """`demo` (the bundled policy), `qwen1.5b` (random init, Qwen2.5-1.5B's shapes, built
-    from a config: nothing downloaded) or `tiny:<arch>` (a small random model)."""
-    tok = build_tokenizer() if name != "demo" else None
+    """`demo` (the bundled policy), a model folder (e.g. a converted SmolLM2-135M, see
+    tests/real_model.py), `qwen1.5b` (random init, Qwen2.5-1.5B's shapes, built from a
+    config: nothing downloaded) or `tiny:<arch>` (a small random model)."""
+    folder = DEMO_POLICY if name == "demo" else Path(name)
     torch.manual_seed(seed)
-    if name == "demo":
+    if folder.is_dir():
         from ets.models.load import load_causal_lm
 
-        model, tok = load_causal_lm(str(DEMO_POLICY), device, dtype, seed=seed)
+        model, tok = load_causal_lm(str(folder), device, dtype, seed=seed)
         return model.eval(), tok
+    tok = build_tokenizer()
     if name == "qwen1.5b":
         from transformers import Qwen2Config
 
@@ -278,27 +281,31 @@ def graphs(model, tok, args) -> list[str]:
 
 
 class Variant(NamedTuple):
-    """One engine measured: how it stores K/V (None: the model's dtype) and whether decode
-    sequences with siblings read their shared prefix once (the cascade) or plainly."""
+    """One engine measured: how it stores K/V (None: the model's dtype), whether decode
+    sequences with siblings read their shared prefix once (the cascade) or plainly, and
+    whether its forward is compiled (`compile`: on, off or auto)."""
     kv_dtype: str | None
     cascade: bool
+    compile: str = "auto"
 
     def engine(self, model, tok, **kw) -> Engine:
-        return Engine(model, tok, kv_dtype=self.kv_dtype, cascade=self.cascade, **kw)
+        return Engine(model, tok, kv_dtype=self.kv_dtype, cascade=self.cascade, compile=self.compile, **kw)
 
 
 def variants(args) -> list[Variant]:
-    """The engines to measure: every KV dtype asked for, each with every cascade setting."""
+    """The engines to measure: every KV dtype asked for, each with every cascade and
+    compile setting."""
     vs = [None] if not args.kv_dtype else args.kv_dtype.split(",")
     cascades = [c == "on" for c in args.cascade.split(",")]  # checked in main
-    return [Variant(v, c) for v in vs for c in cascades]
+    return [Variant(v, c, comp) for v in vs for c in cascades for comp in args.compile.split(",")]
 
 
 def engine_name(v: Variant, all_variants: list[Variant]) -> str:
     """`engine` for the first variant; the others by what sets them apart from it."""
     first = all_variants[0]
     tags = ([f"KV {v.kv_dtype}"] if v.kv_dtype != first.kv_dtype else []) + \
-           (["no cascade" if not v.cascade else "cascade"] if v.cascade != first.cascade else [])
+           (["no cascade" if not v.cascade else "cascade"] if v.cascade != first.cascade else []) + \
+           ([f"compile {v.compile}"] if v.compile != first.compile else [])
     return "engine" if not tags else f"engine[{', '.join(tags)}]"
 
 
@@ -372,6 +379,17 @@ def tree(model, tok, args) -> tuple[list[str], float]:
     warm = argparse.Namespace(**{**vars(args), "steps": 1, "problems": 1})
     for policy in backends.values():  # warm-up: first-call costs out of the timing
         run(policy, prompts[:1], warm)
+    # compiled engines: the first full run compiles what the warm-up's shapes did not (a
+    # graph per kind of forward), off the clock too; its figures are reported below
+    for name, policy in backends.items():
+        if isinstance(policy, EnginePolicy) and policy.engine.runner.compiled is not None:
+            start = time.perf_counter()
+            run(policy, prompts, args)
+            policy.release_all()
+            stats = policy.engine.stats()
+            print(f"  tree, {name}: first run {time.perf_counter() - start:.1f} s, "
+                  f"{stats['compiled_graphs']} graphs compiled so far, in {stats['compile_seconds']:.1f} s",
+                  flush=True)
     results: dict[str, list[dict]] = {name: [] for name in backends}
     for rep in range(args.repeats):
         for name, policy in backends.items():
@@ -409,13 +427,21 @@ def tree(model, tok, args) -> tuple[list[str], float]:
                      "last, uncomputed token)")
         lines.append(f"{name} work: computed {est['computed_tokens']} tokens, cache hits {est['cache_hit_tokens']}, "
                      f"evicted {est['evicted_tokens']}, preempted {est['preempted']}")
+        if est["compiled_graphs"]:
+            lines.append(f"{name} compiled: {est['compiled_graphs']} graphs over every run, in "
+                         f"{est['compile_seconds']:.1f} s (the forwards that compiled them)")
+    for v in [v for v in vs if v.compile != vs[0].compile]:  # compiled against eager (or back), repeat by repeat
+        name, first = engine_name(v, vs), engine_name(vs[0], vs)
+        ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(results[name], results[first])]
+        lines.append(f"ratio ({name} / {first}), per repeat: median {statistics.median(ratios):.2f} "
+                     f"[{min(ratios):.2f}-{max(ratios):.2f}]")
     return lines, ratio
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default="tree,scaling", help="tree, scaling, graphs (CUDA only), comma-separated")
-    ap.add_argument("--model", default="demo", help="demo | qwen1.5b | tiny:<arch>")
+    ap.add_argument("--model", default="demo", help="demo | a model folder | qwen1.5b | tiny:<arch>")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--kv-dtype", default=None, help="the engine's KV storage: float32, bfloat16, float16 "
@@ -423,6 +449,9 @@ def main() -> None:
                     "same run (the first is `engine`, whose ratio ends the report)")
     ap.add_argument("--cascade", default="on", help="on, off or on,off: decode sequences with siblings "
                     "read their shared prefix once (on) or attend their whole context plainly (off); both "
+                    "measure one engine each in the same run")
+    ap.add_argument("--compile", default="auto", help="auto, on, off, or several comma-separated: the "
+                    "engine's forward compiled (on), eager (off) or as auto picks on the device; several "
                     "measure one engine each in the same run")
     ap.add_argument("--threads", default="1,2", help="torch threads to measure, comma-separated (CPU)")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats; medians are reported")
@@ -445,6 +474,8 @@ def main() -> None:
     args = ap.parse_args()
     if not set(args.cascade.split(",")) <= {"on", "off"}:
         ap.error(f"--cascade {args.cascade!r}: use on, off or on,off")
+    if not set(args.compile.split(",")) <= {"auto", "on", "off"}:
+        ap.error(f"--compile {args.compile!r}: use auto, on, off, comma-separated")
     suites = args.suite.split(",")
     if not set(suites) <= {"tree", "scaling", "graphs"}:
         ap.error(f"--suite {args.suite!r}: use tree, scaling or graphs, comma-separated")
@@ -455,7 +486,7 @@ def main() -> None:
     model, tok = build_model(args.model, args.device, args.dtype)
     freeze_loaded()  # as `ets run` does once its models are loaded (ets/engine/heap.py)
     report = [f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
-              f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}, cascade {args.cascade}) on {args.device} ({cpu_name()}); "
+              f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}, cascade {args.cascade}, compile {args.compile}) on {args.device} ({cpu_name()}); "
               f"torch {torch.__version__}; OMP_WAIT_POLICY="
               f"{os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}; figures from one run (a shared machine: compare ratios only)"]
     first_ratio = float("nan")

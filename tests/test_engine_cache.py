@@ -118,12 +118,16 @@ def test_tree_of_expansions_and_releases(model_tok):
     assert stats["resident_kv_tokens"] == stats["resident_kv_bytes"] == stats["locked_kv_tokens"] == 0
 
 
-def test_workload_larger_than_pool(model_tok):
+@pytest.mark.parametrize("compile_mode", ["off", "on"])
+def test_workload_larger_than_pool(model_tok, compile_mode):
+    """Evictions, preemptions and recomputation change no token and no logit, with the
+    model's forward eager or compiled (ets/engine/compiled.py)."""
     model, tok = model_tok
     prompts = [random_tokens(30, seed=s) for s in range(4)] + [random_tokens(30, seed=0)[:25]]
-    expected = Engine(model, tok, kv_budget_tokens=4096).generate(prompts, max_new_tokens=12, temperature=0)
+    expected = Engine(model, tok, kv_budget_tokens=4096, compile="off").generate(prompts, max_new_tokens=12,
+                                                                                 temperature=0)
     # 5 sequences of up to 42 tokens (~190 with sharing) through a pool of 64 tokens.
-    small = Engine(model, tok, kv_budget_tokens=64, max_batch_tokens=40)
+    small = Engine(model, tok, kv_budget_tokens=64, max_batch_tokens=40, compile=compile_mode)
     assert small.generate(prompts, max_new_tokens=12, temperature=0) == expected
     small.check()
     stats = small.stats()

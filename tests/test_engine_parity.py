@@ -21,6 +21,13 @@ def model_tok(request):
     return model.to(DEVICE), tok
 
 
+@pytest.fixture(params=["off", "on"])
+def compile_mode(request):
+    """Each test below runs on the eager forward and on the compiled one (compiled.py): the
+    same tolerances, the same greedy tokens."""
+    return request.param
+
+
 def _t(tokens: list[int]) -> torch.Tensor:
     """A [1, T] batch on the test device."""
     return torch.tensor([tokens], device=DEVICE)
@@ -38,9 +45,9 @@ def _reference(model, tokens: list[int]) -> torch.Tensor:
     return model(_t(tokens)).logits[0]
 
 
-def test_single_and_packed_logits(model_tok):
+def test_single_and_packed_logits(model_tok, compile_mode):
     model, tok = model_tok
-    engine = Engine(model, tok, kv_budget_tokens=512)
+    engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=512)
     seqs = [random_tokens(n, seed=n) for n in (1, 13, 40, 7)]
     for s in seqs[:1]:  # one sequence alone
         (out,) = engine.score([s], [list(range(len(s)))])
@@ -53,9 +60,9 @@ def test_single_and_packed_logits(model_tok):
         torch.testing.assert_close(out, _reference(model, s), atol=TOL, rtol=0)
 
 
-def test_resume_from_cached_prefix(model_tok):
+def test_resume_from_cached_prefix(model_tok, compile_mode):
     model, tok = model_tok
-    engine = Engine(model, tok, kv_budget_tokens=512)
+    engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=512)
     prefix = random_tokens(30, seed=3)
     engine.score([prefix], [[29]])
     engine.check()
@@ -68,9 +75,9 @@ def test_resume_from_cached_prefix(model_tok):
         torch.testing.assert_close(out, _reference(model, s)[pos], atol=TOL, rtol=0)
 
 
-def test_chunked_prefill_and_hidden_states(model_tok):
+def test_chunked_prefill_and_hidden_states(model_tok, compile_mode):
     model, tok = model_tok
-    engine = Engine(model, tok, kv_budget_tokens=512, max_batch_tokens=7)
+    engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=512, max_batch_tokens=7)
     seqs = [random_tokens(25, seed=6), random_tokens(11, seed=7)]
     positions = [[24, 3, 10, 3], [0, 10]]  # any order, repeats allowed
     hidden = engine.score(seqs, positions, hidden_states=True)
@@ -80,9 +87,9 @@ def test_chunked_prefill_and_hidden_states(model_tok):
         torch.testing.assert_close(out, ref[pos], atol=TOL, rtol=0)
 
 
-def test_greedy_generate_matches_transformers(model_tok):
+def test_greedy_generate_matches_transformers(model_tok, compile_mode):
     model, tok = model_tok
-    engine = Engine(model, tok, kv_budget_tokens=1024)
+    engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=1024)
     base = random_tokens(12, seed=8)
     prompts = [base + random_tokens(5, seed=9), base, random_tokens(3, seed=10)]  # shared prefix, lengths differ
     outs = engine.generate(prompts, max_new_tokens=16, temperature=0)
@@ -96,7 +103,7 @@ def test_greedy_generate_matches_transformers(model_tok):
 
 
 @pytest.mark.parametrize("cascade", [True, False])
-def test_shared_prefix_decode_matches_transformers(model_tok, monkeypatch, cascade):
+def test_shared_prefix_decode_matches_transformers(model_tok, monkeypatch, cascade, compile_mode):
     """Samples of one path decode with cascade attention (the path read once), or, with
     the engine's cascade off, each over its whole context plainly: greedy tokens equal
     transformers' either way."""
@@ -106,7 +113,7 @@ def test_shared_prefix_decode_matches_transformers(model_tok, monkeypatch, casca
     real = cascade_module.build
     monkeypatch.setattr(cascade_module, "build", lambda *a, **k: built.append(1) or real(*a, **k))
     model, tok = model_tok
-    engine = Engine(model, tok, kv_budget_tokens=1024, cascade=cascade)
+    engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=1024, cascade=cascade)
     prompts = [random_tokens(20, seed=11), random_tokens(7, seed=12)]
     conts = engine.expand([(prompts[0], 3), (prompts[1], 2)], max_new_tokens=10, temperature=0)
     engine.check()
@@ -123,12 +130,12 @@ def test_shared_prefix_decode_matches_transformers(model_tok, monkeypatch, casca
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_kept_decode_buffers_follow_the_group(model_tok, shared):
+def test_kept_decode_buffers_follow_the_group(model_tok, shared, compile_mode):
     """Decode reuses its gathered contexts while the group is the same sequences one step
     further (workspace.DecodeKV), and rebuilds when one finishes or a row runs past the
     buffers' headroom: every token still equals transformers' greedy choice."""
     model, tok = model_tok
-    engine = Engine(model, tok, kv_budget_tokens=2048)
+    engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=2048)
     prompts = [random_tokens(9, seed=20), random_tokens(4, seed=21), random_tokens(15, seed=22)]
     refs = [_greedy(model, p, 40) for p in prompts]  # 40 new tokens: past the headroom (16)
     stop = refs[1][6]  # the second prompt stops early at this token (the group changes)
@@ -140,7 +147,7 @@ def test_kept_decode_buffers_follow_the_group(model_tok, shared):
         assert [c.token_ids for c in group] == [cut] * len(group)
 
 
-def test_cascade_gathers_its_prefixes_once_while_its_samples_grow(model_tok, monkeypatch):
+def test_cascade_gathers_its_prefixes_once_while_its_samples_grow(model_tok, monkeypatch, compile_mode):
     """Samples decoding past their buffers' columns (twice in 40 tokens) gather only their
     own columns anew, wider: the prefixes, unchanged, are gathered by the first forward
     alone (once per layer), and every token still equals transformers' greedy choice."""
@@ -150,7 +157,7 @@ def test_cascade_gathers_its_prefixes_once_while_its_samples_grow(model_tok, mon
     prefix_gathers = []
     real_take_keys = cascade.take_keys
     monkeypatch.setattr(cascade, "take_keys", lambda *a: prefix_gathers.append(1) or real_take_keys(*a))
-    engine = Engine(model, tok, kv_budget_tokens=2048)
+    engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=2048)
     prompts = [random_tokens(9, seed=20), random_tokens(15, seed=22)]
     outs = engine.expand([(p, 2) for p in prompts], max_new_tokens=40, temperature=0, ignore_eos=True)
     engine.check()
@@ -159,7 +166,7 @@ def test_cascade_gathers_its_prefixes_once_while_its_samples_grow(model_tok, mon
     assert len(prefix_gathers) == model.config.num_hidden_layers
 
 
-def test_decode_groups_keep_their_buffers_apart(model_tok, monkeypatch):
+def test_decode_groups_keep_their_buffers_apart(model_tok, monkeypatch, compile_mode):
     """Decode cut into several groups of each kind (ets/engine/groups.py; every cut taken
     here), their kept buffers side by side in shared arenas: short and long paths, alone and
     with siblings, some stopping early (their rows compacted away), all running past their
@@ -179,7 +186,7 @@ def test_decode_groups_keep_their_buffers_apart(model_tok, monkeypatch):
 
     monkeypatch.setattr(ModelRunner, "_decode_groups", recording)
     model, tok = model_tok
-    engine = Engine(model, tok, kv_budget_tokens=4096)
+    engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=4096)
     prompts = [random_tokens(n, seed=30 + n) for n in (5, 8, 120, 150, 11, 140)]
     samples = [1, 1, 1, 1, 3, 3]
     refs = [_greedy(model, p, 40) for p in prompts]
@@ -193,7 +200,7 @@ def test_decode_groups_keep_their_buffers_apart(model_tok, monkeypatch):
     assert any(reused > 1 for _, reused in seen)
 
 
-def test_newcomers_to_plain_decode_gather_only_their_own_contexts(model_tok, monkeypatch):
+def test_newcomers_to_plain_decode_gather_only_their_own_contexts(model_tok, monkeypatch, compile_mode):
     """Prefills chunked so that paths start decoding one forward after another: each
     newcomer joins as a group of its own beside the kept groups (runner._append), which
     keep their buffers. Every token equals transformers' greedy choice, and once the
@@ -221,7 +228,7 @@ def test_newcomers_to_plain_decode_gather_only_their_own_contexts(model_tok, mon
                 mixed[0] += bool(fresh) and len(fresh) < len(out)
             return out
 
-        engine = Engine(model, tok, kv_budget_tokens=4096, max_batch_tokens=40)
+        engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=4096, max_batch_tokens=40)
         engine.expand([(p, 1) for p in warm_up], max_new_tokens=8, temperature=0, ignore_eos=True)
         monkeypatch.setattr(runner_module.ModelRunner, "_decode_groups", recording)
         outs = engine.expand([(p, 1) for p in prompts], max_new_tokens=8, temperature=0, ignore_eos=True)
@@ -265,7 +272,7 @@ def test_cascade_equals_plain_attention(layout):
         torch.testing.assert_close(got, _attend_group(plain, q, k_pool, v_pool, 0.3, None), atol=1e-5, rtol=0)
 
 
-def test_sliding_window_model():
+def test_sliding_window_model(compile_mode):
     from transformers import AutoModelForCausalLM
 
     from ets.models.tiny import build_tokenizer, tiny_config
@@ -274,7 +281,7 @@ def test_sliding_window_model():
     config = tiny_config("mistral", vocab_size=len(tok), sliding_window=8, eos_token_id=tok.eos_token_id)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).eval().to(DEVICE)
-    engine = Engine(model, tok, kv_budget_tokens=512)
+    engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=512)
     seq = random_tokens(30, seed=13)
     (out,) = engine.score([seq], [list(range(30))])
     torch.testing.assert_close(out, _reference(model, seq), atol=TOL, rtol=0)
@@ -300,7 +307,7 @@ def test_sampling_streams_are_the_same_on_the_device_as_on_the_cpu():
 
 
 @pytest.mark.parametrize("fused", [False, True])
-def test_fused_decode_matches_transformers(model_tok, monkeypatch, fused):
+def test_fused_decode_matches_transformers(model_tok, monkeypatch, fused, compile_mode):
     """Plain decode as one SDPA call (attention.FUSED_DECODE; a GPU's default) or as the
     CPU's batched matmuls: either way greedy tokens equal transformers', across rebuilds
     and reused buffers, with contexts of different lengths in one group."""
@@ -311,7 +318,7 @@ def test_fused_decode_matches_transformers(model_tok, monkeypatch, fused):
     real = attention._fused_decode
     monkeypatch.setattr(attention, "_fused_decode", lambda *a: calls.append(1) or real(*a))
     model, tok = model_tok
-    engine = Engine(model, tok, kv_budget_tokens=2048)
+    engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=2048)
     prompts = [random_tokens(9, seed=30), random_tokens(23, seed=31), random_tokens(4, seed=32)]
     outs = engine.generate(prompts, max_new_tokens=24, temperature=0, ignore_eos=True)
     engine.check()

@@ -110,6 +110,11 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "kv_dtype": "engine: how K and V are stored; null: as `dtype`. `bfloat16` under a float32 model holds "
                     "twice the tokens in the same memory, its logits about 1e-3 off.",
         "max_batch_tokens": "engine: the tokens of one forward pass.",
+        "compile": "engine: `on` runs the model's forward under `torch.compile` (attention an opaque op; on cuda "
+                   "replayed as CUDA graphs, the rows padded to a few sizes); `off` runs it eagerly; `auto` "
+                   "compiles on cuda, where an eager step is mostly kernel launches, and not on cpu, where it "
+                   "did not pay for its start-up (6-80 s before the first step; the tree benchmark then ran "
+                   "0.99x eager on SmolLM2-135M, 1.05x on the tiny demo policy).",
         "max_context": "Tokens a path (prompt and steps) may hold; null: the model's `max_position_embeddings`.",
         "prompt_overflow": "A prompt that fills the context: `error` stops the run naming the problem; "
                            "`truncate` keeps the end of its question, inside its template.",

@@ -235,6 +235,8 @@ DTYPES = ("float32", "float16", "bfloat16")  # policy.dtype, policy.kv_dtype
 AUTO_DTYPES = {"cuda": "bfloat16", "cpu": "float32", "mps": "float16"}
 # policy.chat_template: auto uses the tokenizer's chat template when it has one.
 CHAT_TEMPLATE_MODES = ("auto", True, False)
+# policy.compile (ets/engine/compiled.py: what auto picks and why)
+COMPILE_MODES = ("auto", "on", "off")
 # policy.device: what the models are put on (ets/models/load.py checks this machine has it).
 DEVICE = re.compile(r"(cpu|cuda|mps)(:[0-9]+)?")
 
@@ -268,6 +270,9 @@ class PolicyConfig:
     kv_dtype: str | None = None       # engine: how K/V are stored (None: as `dtype`); bfloat16 under a
                                       # float32 model halves KV bytes (faster large batches, logits ~1e-3 off)
     max_batch_tokens: int = 8192      # engine: tokens per forward
+    # engine: the model's forward under torch.compile (on), eager (off), or auto: compiled on
+    # cuda, eager on cpu (COMPILE_MODES; YAML's bare on/off read as true/false count too)
+    compile: bool | str = "auto"
     max_context: int | None = None    # tokens a path may hold (None: the model's max_position_embeddings)
     prompt_overflow: str = "error"    # a prompt that fills the context: error | truncate (keep the end of its question, inside its template)
     # vllm: vLLM's own engine options, passed to `vllm.LLM` (names in VLLM_OPTIONS), e.g.
@@ -314,6 +319,9 @@ class PolicyConfig:
         if self.backend == "vllm" and self.memory_fraction is not None:
             raise ConfigError("policy.memory_fraction sizes the engine's pools; vLLM sizes its own: use "
                               "policy.vllm.gpu_memory_utilization (or drop policy.memory_fraction)")
+        if isinstance(self.compile, bool):  # `compile: on` in YAML is a bool
+            self.compile = "on" if self.compile else "off"
+        choice("policy.compile", self.compile, COMPILE_MODES)
 
     def inert_keys_note(self) -> str | None:
         """A line for keys this backend reads nothing from, else None. Not an error (as

@@ -22,7 +22,9 @@ Public API
         batch_invariant=True,        # a sequence's logits the same bit for bit whatever else runs
                                      #   (CPU; see invariant.py); False: faster at a few sequences
         cascade=True,                # siblings read their shared prefix once (cascade.py);
-    )                                #   False: each sequence attends its whole context plainly
+                                     #   False: each sequence attends its whole context plainly
+        compile="auto",              # "on": the model's forward under torch.compile, attention an
+    )                                #   opaque op (compiled.py); "off": eager; "auto": on cuda only
 
     # new tokens per prompt; stop: strings and/or token ids (the stopping tokens are kept)
     outs = engine.generate(prompts, max_new_tokens=64, temperature=1.0, top_p=1.0, top_k=0,
@@ -79,6 +81,7 @@ scheduler.postprocess; the scheduler only plans and never sees the model):
     table.py      per-sequence slots       sequence.py   one request (Seq), a Chunk of it
     scheduler.py  admission, memory, the step's Plan, postprocess (no model)
     runner.py     one forward of a Plan's chunks
+    compiled.py   that forward under torch.compile (compile="on"), attention an opaque op
     hidden.py     the final norm's output, read in the forward (step embeddings)
     groups.py     the forward's sequences cut into groups of like shapes, attended apart
     attention.py  paged attention fn       cascade.py    shared-prefix decode attention

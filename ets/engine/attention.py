@@ -180,17 +180,27 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
             f"the {ATTENTION_NAME!r} attention function only runs inside ets.engine; "
             "switch the model back to 'sdpa' to use it on its own"
         )
+    check_kwargs(kwargs)
+    return attend(batch, module.layer_idx, query, key, value, scaling, kwargs.get("sliding_window")), None
+
+
+def check_kwargs(kwargs: dict) -> None:
+    """Raise NotImplementedError for the attention features the model asks for that this
+    function lacks."""
     for unsupported in ("softcap", "s_aux"):  # Gemma-2 logit soft-capping, attention sinks
         if kwargs.get(unsupported) is not None:
             raise NotImplementedError(f"ets.engine attention does not implement {unsupported!r}; use the hf backend")
-    layer = module.layer_idx
+
+
+def attend(batch: PackedBatch, layer: int, query, key, value, scaling, window) -> torch.Tensor:
+    """Layer `layer`'s attention over the pool for the packed batch: query [1, H, T, D],
+    key/value [1, Hkv, T, D] -> [1, T, H, D] (what `paged_attention` returns first)."""
     k_pool, v_pool = batch.k_pool[layer], batch.v_pool[layer]
     # 1. store the new tokens' KV: [1, Hkv, T, D] -> pool [Hkv, slots, D]
     k_new, v_new = key[0].to(k_pool.dtype), value[0].to(v_pool.dtype)  # once: the decode groups slice them
     k_pool.index_copy_(1, batch.write_slots, k_new)
     v_pool.index_copy_(1, batch.write_slots, v_new)
     q_all = query[0].transpose(0, 1)  # [T, H, D]
-    window = kwargs.get("sliding_window")
     outs, start = [], 0
     for group in batch.groups:
         q = q_all[start:start + group.num_tokens]
@@ -203,7 +213,7 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     if start < q_all.shape[0]:  # the runner's padding rows (invariant.MIN_ROWS): outputs dropped
         outs.append(q_all.new_zeros(q_all.shape[0] - start, *q_all.shape[1:]))
     out = outs[0] if len(outs) == 1 else torch.cat(outs)
-    return out.unsqueeze(0), None
+    return out.unsqueeze(0)
 
 
 def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_pool, layer: int,

@@ -16,6 +16,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from ets.engine.allocator import SlotAllocator
+from ets.engine import compiled
 from ets.engine.attention import check_supported
 from ets.engine.hidden import unit_rows
 from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, MemoryPlan
@@ -80,8 +81,8 @@ def sample_seed(seed: int, k: int) -> int:
 class Engine:
     def __init__(self, model, tokenizer=None, kv_budget_tokens: int | None = None,
                  max_batch_tokens: int | None = None, kv_dtype: str | torch.dtype | None = None,
-                 batch_invariant: bool = True, cascade: bool = True, memory: MemoryPlan | None = None,
-                 memory_name: str = "policy", scoring_only: bool = False):
+                 batch_invariant: bool = True, cascade: bool = True, compile: str | bool = "auto",
+                 memory: MemoryPlan | None = None, memory_name: str = "policy", scoring_only: bool = False):
         """kv_budget_tokens: the pool, in tokens (None: sized by `memory`, else DEFAULT_KV_TOKENS); max_batch_tokens:
         new tokens per forward, longer prefills are chunked (None: DEFAULT_MAX_BATCH_TOKENS);
         kv_dtype: how K/V are stored (None: the model's dtype; see pool.py);
@@ -90,6 +91,9 @@ class Engine:
         cascade: decode sequences with siblings read their shared prefix once (cascade.py;
         False: every sequence attends its whole context plainly, e.g. to measure what the
         cascade buys on a device, `scripts/bench_engine.py --cascade on,off`);
+        compile: "on": the model's forward runs under torch.compile, attention an opaque op
+        (compiled.py); "off": eagerly; "auto": compiled on CUDA, eager on the CPU
+        (compiled.enabled says why);
         memory: without `kv_budget_tokens`, the pool is sized by this plan (memory.py) from
         the device's free memory when it is first needed, as `memory_name`'s part
         (`scoring_only`: an engine that never decodes keeps no decode buffers)."""
@@ -110,7 +114,7 @@ class Engine:
         # host seconds spent pooling step embeddings (the index lists, the adds, the one
         # transfer a call); on a GPU the adds themselves run beside the forwards
         self.embed_seconds = 0.0
-        self._layout = (batch_invariant, cascade, max_batch_tokens)
+        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled.enabled(compile, self.device))
         self.memory, self.memory_claim = memory, None
         if kv_budget_tokens is None:  # sized by the plan, when first needed (`__getattr__`)
             per_token = KVPool.bytes_per_token_for(model.config, self.kv_dtype)
@@ -132,10 +136,10 @@ class Engine:
 
     def _build_pool(self, tokens: int) -> None:
         """The pool of `tokens` and what is shaped by it: allocator, runner, scheduler."""
-        batch_invariant, cascade, max_batch_tokens = self._layout
+        batch_invariant, cascade, max_batch_tokens, compiled_forward = self._layout
         self.pool = KVPool.for_model(self.model.config, tokens, self.kv_dtype, self.device)
         self.allocator = SlotAllocator(tokens, self.device)
-        self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade)
+        self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade, compiled_forward)
         self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
         self.scheduler.relieve = self._spill_newest
 
@@ -151,8 +155,9 @@ class Engine:
     def from_pretrained(cls, path_or_model, kv_budget_tokens: int | None = None, device: str = "cpu",
                         dtype: str | torch.dtype = "float32", tokenizer=None, max_batch_tokens: int | None = None,
                         seed: int = 0, kv_dtype: str | torch.dtype | None = None,
-                        batch_invariant: bool = True, cascade: bool = True, memory: MemoryPlan | None = None,
-                        memory_name: str = "policy", scoring_only: bool = False) -> "Engine":
+                        batch_invariant: bool = True, cascade: bool = True, compile: str | bool = "auto",
+                        memory: MemoryPlan | None = None, memory_name: str = "policy",
+                        scoring_only: bool = False) -> "Engine":
         """From a path, hub name or `tiny:<arch>` (loaded with its tokenizer), or from a
         built model (then `device`/`dtype` are its own; pass `tokenizer` for stop strings)."""
         if isinstance(path_or_model, str):
@@ -163,7 +168,7 @@ class Engine:
         else:
             model = path_or_model
         return cls(model, tokenizer, kv_budget_tokens, max_batch_tokens, kv_dtype, batch_invariant, cascade,
-                   memory, memory_name, scoring_only)
+                   compile, memory, memory_name, scoring_only)
 
     # ------------------------------------------------------------- generation
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 1.0,
@@ -551,8 +556,11 @@ class Engine:
         unlocked LRU cache); locked_kv_tokens = the paths held by live handles;
         peak_live_kv_tokens = the most that had to be resident (locked + running);
         embedded_steps / embed_seconds = step embeddings pooled (expand(embed=True),
-        score_pooled) and the host time their pooling took."""
+        score_pooled) and the host time their pooling took; compiled_graphs /
+        compile_seconds = the graphs a compiled forward compiled since the engine was built
+        and the seconds of the forwards that compiled them (0 when eager)."""
         resident = self.allocator.n_used
+        compiled_model = self.runner.compiled
         return {
             "resident_kv_tokens": resident,
             "resident_kv_bytes": resident * self.pool.bytes_per_token,
@@ -563,6 +571,8 @@ class Engine:
             "live_handles": len(self.handles),
             **self.counters,
             "embed_seconds": self.embed_seconds,
+            "compiled_graphs": compiled_model.graphs if compiled_model else 0,
+            "compile_seconds": compiled_model.compile_seconds if compiled_model else 0.0,
         }
 
     def check(self) -> None:

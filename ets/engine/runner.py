@@ -16,7 +16,7 @@ from typing import NamedTuple, Sequence
 
 import torch
 
-from ets.engine import attention, cascade
+from ets.engine import attention, cascade, compiled
 from ets.engine.hidden import final_hidden
 from ets.engine.groups import MAX_KEPT_GROUPS, cascade_decode_groups, plain_decode_groups, prefill_groups
 from ets.engine.pool import KVPool
@@ -60,8 +60,10 @@ class Pooling(NamedTuple):
 
 class ModelRunner:
     def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True,
-                 cascade: bool = True):
+                 cascade: bool = True, compile: bool = False):
         attention.register()
+        # compile: the model's forward runs compiled (compiled.py), its rows padded as it asks
+        self.compiled = compiled.CompiledModel(model, pool.device) if compile else None
         self.cascade = cascade  # False: decode sequences with siblings are attended plainly too
         # the rows a forward is padded to (1: none; then a small batch rounds its own way,
         # ~25% faster at one sequence on the demo policy)
@@ -91,7 +93,7 @@ class ModelRunner:
         """Route this model's attention through the pool for one forward, then restore it."""
         config = self.model.config
         previous = config._attn_implementation
-        config._attn_implementation = attention.ATTENTION_NAME
+        config._attn_implementation = attention.ATTENTION_NAME if self.compiled is None else compiled.ATTENTION_NAME
         try:
             yield
         finally:
@@ -141,12 +143,13 @@ class ModelRunner:
 
         # At least MIN_ROWS rows through the model's matmuls (copies of the last token, and
         # of the last kept row; their outputs are dropped, their K/V go to a scratch slot):
-        # see invariant.py
-        ids += ids[-1:] * (self.min_rows - len(ids))
-        pos += pos[-1:] * (self.min_rows - len(pos))
+        # see invariant.py; compiled, as many more as its shapes want (CompiledModel.rows)
+        rows = self._rows(len(ids))
+        ids += ids[-1:] * (rows - len(ids))
+        pos += pos[-1:] * (rows - len(pos))
         n_keep = len(keep)
         # (a forward of pooling sequences alone may keep no output: it reads row 0, dropped)
-        keep += (keep[-1:] or [0]) * (self.min_rows - len(keep))
+        keep += (keep[-1:] or [0]) * (self._rows(len(keep)) - len(keep))
         dev = self.device
         input_ids = torch.tensor([ids], dtype=torch.long, device=dev)
         position_ids = torch.tensor([pos], dtype=torch.long, device=dev)
@@ -155,8 +158,14 @@ class ModelRunner:
         if len(ids) > len(slots):  # the padding rows write their K/V to the pool's scratch slot
             slots = torch.cat([slots, slots.new_full((len(ids) - len(slots),), self.pool.scratch_slot)])
         batch = attention.PackedBatch(self.pool.k, self.pool.v, slots, groups, self.workspace)
-        with self._paged_attention(), (final_hidden(self.model) if pool is not None else contextlib.nullcontext()) as states:
-            if hidden:
+        hooked = pool is not None and self.compiled is None  # compiled, the graph hands them out
+        with self._paged_attention(), (final_hidden(self.model) if hooked else contextlib.nullcontext()) as states:
+            if self.compiled is not None:
+                out, final = self.compiled.forward(batch, input_ids, position_ids, None if hidden else keep_t,
+                                                   states=pool is not None)
+                out = out[0, keep_t[:n_keep]] if hidden else out[0, :n_keep]
+                states = [final]
+            elif hidden:
                 out = self.model.base_model(
                     input_ids=input_ids, position_ids=position_ids, use_cache=False, ets_batch=batch
                 ).last_hidden_state[0, keep_t[:n_keep]]
@@ -175,6 +184,12 @@ class ModelRunner:
             first[i] = row
             row += len(chunks[i].keep)
         return Outputs(out, first, [len(c.keep) for c in chunks])
+
+    def _rows(self, rows: int) -> int:
+        """The rows a forward of `rows` rows (or kept outputs) is padded to: MIN_ROWS at
+        least (invariant.py), and compiled, what its shapes want."""
+        rows = max(rows, self.min_rows)
+        return rows if self.compiled is None else self.compiled.rows(rows)
 
     def take_pool_seconds(self) -> float:
         """The host seconds pooling took since the last call (and zero them)."""

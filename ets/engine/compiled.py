@@ -1,0 +1,216 @@
+"""The model's forward compiled (`Engine(compile=...)`, `policy.compile`).
+
+An eager forward runs the model's `transformers` code op by op from Python: hundreds of
+small kernels a step, each launched by the interpreter, so a small model's step is mostly
+host time. Compiled, `torch.compile` traces that code once per shape into one graph and
+inductor fuses its pointwise work (norms, rotary embeddings, activations) into a few
+kernels; on CUDA the graph's pieces are replayed as CUDA graphs (no launch per kernel).
+
+Paged attention stays outside the compiler: it is a custom op (`ets::paged_attention`)
+whose inputs are this layer's query, key and value and whose output is the attention
+output, while the forward's metadata (a `PackedBatch`: Python lists, groups and kept
+buffers that change every step) reaches it beside the graph, set by `CompiledModel` for
+the duration of each call. The graph is then the whole model, the op opaque within it
+(the attention function `torch.compiler.disable`d instead breaks the graph at every
+layer's attention: a 4-layer model compiled 10 graphs that way, each entered from
+Python, against one). On CUDA the op is marked unsafe for CUDA graphs, so inductor
+partitions the graph there: the pieces between the layers' attention are graphed,
+attention runs eagerly between them.
+
+Shapes: the packed row count changes every step. Marked dynamic (`DYNAMIC`), one graph
+serves every row count: over the demo policy's tree benchmark, one graph in all; over any
+run at most five (`CompiledModel.graphs`: logits of all rows or of some, each with the
+final hidden states handed out or not, and hidden states). Static, a graph per padded
+row count (`bucket`) and per kept count. On CUDA, where a CUDA graph is recorded per
+shape, the rows are padded to those few sizes, so that steps reuse a few recordings.
+Padding rows are the runner's own (copies of the last token, K/V to the pool's scratch
+slot, outputs dropped), so they change no number of the real rows (invariant.py), and
+the compiled forward keeps the engine's batch invariance on the CPU
+(tests/test_engine_compile.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ets.engine import attention
+from ets.engine.attention import PackedBatch
+from ets.engine.hidden import final_norm, model_name
+
+# the attention function's name in `transformers.AttentionInterface` while a compiled
+# forward runs (the eager forward's is attention.ATTENTION_NAME)
+ATTENTION_NAME = "ets_paged_op"
+
+MODES = ("auto", "on", "off")
+
+# The packed row count is a dynamic dimension of the graph (one graph for every count);
+# False: a graph per padded count (`bucket`)
+DYNAMIC = True
+
+# the graphs dynamo keeps for each compiled function, at least (CompiledModel)
+RECOMPILE_LIMIT = 64
+
+_current: list[PackedBatch] = []  # the batch of the compiled forward running now (at most one)
+
+# CUDA graphs must not capture the attention op: its metadata changes every step
+_TAGS = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
+
+
+@torch.library.custom_op("ets::paged_attention", mutates_args=(), tags=_TAGS)
+def paged_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int,
+                       scaling: float | None, window: int | None) -> torch.Tensor:
+    """attention.attend over the batch of the running compiled forward: writes this
+    layer's new K/V into the pool (which the graph never reads) and returns [1, T, H, D]."""
+    if not _current:
+        raise RuntimeError(f"the {ATTENTION_NAME!r} attention op only runs inside a compiled ets.engine forward")
+    return attention.attend(_current[-1], layer, query, key, value, scaling, window).contiguous()
+
+
+@paged_attention_op.register_fake
+def _(query, key, value, layer, scaling, window):
+    return query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
+
+
+def compiled_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """The `AttentionInterface` function of compiled forwards: the op, per layer."""
+    attention.check_kwargs(kwargs)
+    return paged_attention_op(query, key, value, module.layer_idx, scaling, kwargs.get("sliding_window")), None
+
+
+def register() -> None:
+    """Make `ATTENTION_NAME` known to `transformers` (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION_NAME, compiled_attention)
+
+
+def enabled(mode: str | bool, device: torch.device) -> bool:
+    """Whether `compile` (auto | on | off, or a bool) compiles on `device`. auto: on CUDA
+    only, where an eager step is mostly kernel launches. On the CPU compiling did not pay
+    for its start-up: the tree benchmark (scripts/bench_engine.py --compile off,on) ran
+    0.99x eager on SmolLM2-135M after 80 s of compiling, and 1.05x (0.97-1.10 over 9
+    repeats; 1.00-1.16x in noisier runs) on the 1M-parameter demo policy after 6-20 s; a
+    CPU step's time is mostly matmuls and attention, which compiling leaves as they are."""
+    if isinstance(mode, bool):
+        return mode
+    if mode not in MODES:
+        raise ValueError(f"compile={mode!r}: use auto, on or off")
+    return mode == "on" or (mode == "auto" and torch.device(device).type == "cuda")
+
+
+def bucket(rows: int) -> int:
+    """The padded row count of a forward of `rows` rows: the next of 1, 2, 3, 4, 6, 8, 12,
+    16, 24, ... (powers of two and their halfway points), so at most 1.5x the rows, and a
+    run of up to R rows meets at most 2 log2(R) sizes."""
+    power = 1 << max(0, rows - 1).bit_length()  # the next power of two
+    return power * 3 // 4 if power >= 4 and rows <= power * 3 // 4 else power
+
+
+def cudagraph_options(device: torch.device) -> dict:
+    """inductor options: on CUDA, mode="reduce-overhead"'s (CUDA graphs) with the graph
+    partitioned at the attention op (which CUDA graphs must not capture); where this torch
+    cannot partition so, and off CUDA, none (plain compiled kernels)."""
+    if torch.device(device).type != "cuda" or not _TAGS:
+        return {}
+    from torch._inductor import config, list_mode_options
+
+    if not hasattr(config, "graph_partition"):
+        return {}
+    return {**list_mode_options("reduce-overhead"), "graph_partition": True}
+
+
+def _logits(model, input_ids, position_ids, keep):
+    return model(input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep).logits
+
+
+def _hidden(model, input_ids, position_ids):
+    return model.base_model(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
+
+
+class CompiledModel:
+    """The model's forward compiled: logits at kept rows, or final hidden states; and how
+    many graphs its calls compiled (`graphs`), in how many seconds (`compile_seconds`:
+    the calls that compiled, their run included)."""
+
+    def __init__(self, model, device: torch.device):
+        register()
+        _capture_final_states(model)
+        # Every model compiled in a process adds its graphs to the same compiled functions
+        # (`_logits`, `_hidden`: dynamo keeps their graphs by code object, told apart by
+        # guards), past dynamo's default of 8 when a process runs several models (a policy
+        # and a PRM, each a few graphs); beyond the limit a forward would run eagerly.
+        limit = torch._dynamo.config.recompile_limit
+        torch._dynamo.config.recompile_limit = max(limit, RECOMPILE_LIMIT)
+        self.model = model
+        options = cudagraph_options(device)
+        self.cudagraphs = bool(options)
+        # static shapes need few of them; so do CUDA graphs, recorded per shape
+        self.pad = self.cudagraphs or not DYNAMIC
+        compile_kw = {"dynamic": DYNAMIC, "options": options or None}
+        self._logits = torch.compile(_logits, **compile_kw)
+        self._hidden = torch.compile(_hidden, **compile_kw)
+        self.graphs = 0
+        self.compile_seconds = 0.0
+
+    def rows(self, rows: int) -> int:
+        """The rows a forward of `rows` rows runs (padded where shapes are few: `bucket`)."""
+        return bucket(rows) if self.pad else rows
+
+    def forward(self, batch: PackedBatch, input_ids, position_ids, keep: torch.Tensor | None,
+                states: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(the logits at rows `keep` [1, len(keep), V], or with `keep` None the final hidden
+        states [1, T, hidden]; and with `states`, the final hidden states, else None)."""
+        from torch._dynamo.utils import counters
+
+        before = counters["stats"]["unique_graphs"]
+        start = time.perf_counter()
+        if self.cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        _capture.want = states and keep is not None  # a guard of the graph: one with, one without
+        _current.append(batch)
+        try:
+            if keep is None:
+                out = self._hidden(self.model, input_ids, position_ids)
+                final = out if states else None
+            else:
+                out = self._logits(self.model, input_ids, position_ids, keep)
+                final = _capture.states
+        finally:
+            _current.pop()
+            _capture.want, _capture.states = False, None
+        if states and final is None:  # as hidden.final_hidden says it in an eager forward
+            raise ValueError(f"the model ({model_name(self.model)}) has no final norm to read its hidden states from")
+        compiled = counters["stats"]["unique_graphs"] - before
+        if compiled:
+            self.graphs += compiled
+            self.compile_seconds += time.perf_counter() - start
+        if self.cudagraphs:  # a CUDA graph's outputs are overwritten by its next replay
+            out = out.clone()
+            final = final.clone() if final is not None and final is not out else final
+        return out, final
+
+
+class _Capture:
+    """What the final norm's hook keeps, in a compiled forward that wants it."""
+    want = False
+    states: torch.Tensor | None = None
+
+
+_capture = _Capture()
+
+
+def _keep_final_states(module, inputs, output) -> None:
+    if _capture.want:
+        _capture.states = output[0] if isinstance(output, tuple) else output
+
+
+def _capture_final_states(model) -> None:
+    """Hook `model`'s final norm (hidden.final_norm; once) so that a compiled forward can
+    hand out its final hidden states: traced into the graph, its output an output of the
+    graph when `_capture.want`. (Registered before any compiled forward of the model: a
+    hook added after is not seen by graphs compiled before.)"""
+    norm = final_norm(model)
+    if norm is not None and _keep_final_states not in norm._forward_hooks.values():
+        norm.register_forward_hook(_keep_final_states)

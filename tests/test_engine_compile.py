@@ -1,0 +1,104 @@
+"""The compiled forward (ets/engine/compiled.py, `policy.compile`): what `auto` picks, the
+row buckets, a bounded number of graphs over a run, and the batch invariance it keeps on
+the CPU. (Its logits and greedy tokens against transformers: tests/test_engine_parity.py,
+run both eager and compiled.)"""
+
+import pytest
+import torch
+
+from ets.config import ConfigError, PolicyConfig
+from ets.engine import Engine, compiled
+from ets.models.tiny import build_tiny_model
+from tests.helpers import random_tokens
+
+
+def test_policy_compile_takes_auto_on_off():
+    assert PolicyConfig().compile == "auto"
+    assert PolicyConfig(compile="on").compile == "on"
+    # YAML reads a bare on / off as true / false
+    assert PolicyConfig(compile=True).compile == "on" and PolicyConfig(compile=False).compile == "off"
+    with pytest.raises(ConfigError, match=r"policy.compile: 'yes please' .*auto, on, off"):
+        PolicyConfig(compile="yes please")
+
+
+def test_auto_compiles_on_cuda_only():
+    assert compiled.enabled("auto", torch.device("cuda")) and not compiled.enabled("auto", torch.device("cpu"))
+    assert compiled.enabled("on", torch.device("cpu")) and not compiled.enabled("off", torch.device("cuda"))
+    with pytest.raises(ValueError, match="auto, on or off"):
+        compiled.enabled("sometimes", torch.device("cpu"))
+    model, tok = build_tiny_model("llama", seed=1)
+    assert Engine(model, tok, kv_budget_tokens=64).runner.compiled is None  # auto, on the CPU
+
+
+def test_buckets_pad_little_and_are_few():
+    sizes = [compiled.bucket(n) for n in range(1, 8193)]
+    assert all(n <= b <= max(1.5 * n, 2) for n, b in enumerate(sizes, 1))
+    assert sizes[:8] == [1, 2, 3, 4, 6, 6, 8, 8]
+    assert len(set(sizes)) <= 2 * 13 + 1  # two a power of two up to 8192
+
+
+def _model(layers: int):
+    """A tiny llama of `layers` layers: a shape of its own, so its graphs are compiled
+    by the test that uses it, not found already compiled by an earlier one."""
+    return build_tiny_model("llama", seed=1, num_hidden_layers=layers)
+
+
+def test_one_set_of_graphs_serves_every_batch_size():
+    """Forwards of many row counts (prefills, chunked and not, decode of 2 to 30
+    sequences, hidden states, pooled embeddings), over three rounds of other sizes,
+    compile at most five graphs: the rows are a dynamic dimension, and the graphs are
+    logits of all rows or of some (dynamo tells the two apart: the kept count equals the
+    row count or not), each handing out the final hidden states or not, and hidden
+    states. Every greedy token equals the eager engine's."""
+    model, tok = _model(3)
+    eager = Engine(model, tok, kv_budget_tokens=8192, compile="off")
+    engine = Engine(model, tok, kv_budget_tokens=8192, compile="on", max_batch_tokens=256)
+    for seed in (0, 7, 13):
+        prompts = [random_tokens(n, seed=seed + n) for n in (3, 9, 17, 40, 120, 300)]
+        got, want = (e.generate(prompts[: 2 + seed % 5], max_new_tokens=6, temperature=0) for e in (engine, eager))
+        assert got == want
+        got, want = ([c.token_ids for c in e.expand([(prompts[1], 30 - seed)], max_new_tokens=3, temperature=0,
+                                                    embed=True)[0]] for e in (engine, eager))
+        assert got == want
+        got, want = (e.score(prompts[:3], [[0, 2]] * 3, hidden_states=True) for e in (engine, eager))
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
+        assert 1 <= engine.stats()["compiled_graphs"] <= 5
+    assert eager.stats()["compiled_graphs"] == 0
+
+
+def test_static_shapes_compile_a_graph_per_bucket(monkeypatch):
+    """With the rows static (as CUDA graphs want), forwards are padded to `bucket` sizes:
+    one graph per bucket met, reused by every forward of its size, and the padding rows
+    change no logit."""
+    monkeypatch.setattr(compiled, "DYNAMIC", False)
+    model, tok = _model(2)
+    engine = Engine(model, tok, kv_budget_tokens=4096, compile="on")
+    eager = Engine(model, tok, kv_budget_tokens=4096, compile="off")
+    assert engine.runner.compiled.rows(17) == 24 and eager.runner._rows(17) == 17
+    for lengths in ((17,), (20,), (30,), (19,)):  # 24, 24, 32, 24 rows; one position kept
+        seqs = [random_tokens(n, seed=n) for n in lengths]
+        got, want = (e.score(seqs, [[n - 1 for n in lengths]]) for e in (engine, eager))
+        torch.testing.assert_close(got[0], want[0], atol=1e-4, rtol=0)
+        engine.evict(), eager.evict()
+    assert engine.stats()["compiled_graphs"] == 2
+
+
+def test_compiled_scores_do_not_depend_on_the_batch():
+    """On the CPU the compiled forward keeps the engine's batch invariance
+    (invariant.py): a sequence's logits alone and among 40 others, and its greedy tokens
+    alone and beside 20 others, bit for bit (the rows are never fewer than MIN_ROWS, and
+    the compiled kernels compute a row the same way whatever the row count)."""
+    model, tok = build_tiny_model("llama", seed=1)
+    target, positions = random_tokens(60, seed=3), [5, 30, 59]
+    lengths = torch.randint(5, 120, (40,), generator=torch.Generator().manual_seed(20)).tolist()
+    others = [random_tokens(n, seed=21 + i) for i, n in enumerate(lengths)]
+
+    def engine() -> Engine:
+        return Engine(model, tok, kv_budget_tokens=1 << 14, compile="on")
+
+    (alone,) = engine().score([target], [positions])
+    among = engine().score([target, *others], [positions, *[[len(o) - 1] for o in others]])[0]
+    assert torch.equal(among, alone)
+    decoded = engine().generate([target], max_new_tokens=10, temperature=0)[0]
+    assert engine().generate([target, *others[:20]], max_new_tokens=10, temperature=0)[0] == decoded
