@@ -144,3 +144,26 @@ def test_ets_run_takes_rounds_whole_or_in_flight_and_writes_the_same_records(tmp
     read = [[{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in p.read_text().splitlines()]
             for p in (whole, flying)]
     assert read[0] == read[1] and len(read[0]) == 3
+
+
+def test_a_search_stopped_by_an_error_leaves_no_expansion_running():
+    config = ets.load_config(CONFIG, ["method=rebase"])
+    policy = ets.build_policy(config)
+    reward = ets.build_reward(config, policy)
+    calls = []
+
+    def failing(questions, trajectories):
+        calls.append(len(questions))
+        if len(calls) == 3:
+            raise RuntimeError("the reward server went away")
+        return reward.score(questions, trajectories)
+
+    problems = [ets.Problem(q) for q in QUESTIONS]
+    with pytest.raises(RuntimeError, match="went away"):
+        SearchLoop(problems, policy, failing, config.search, concurrency=4).run()
+    engine = policy.engine
+    assert not engine._tickets and not engine.scheduler.has_work
+    engine.check()
+    # the same policy searches again, as if nothing had happened
+    again = SearchLoop(problems[:2], policy, reward, config.search, concurrency=2).run()
+    assert len(again.records) == 2

@@ -234,13 +234,7 @@ class Engine:
             if plan.chunks:
                 self._compute(plan, self._ticket_sums)
         except BaseException:
-            self.scheduler.abort()
-            for ticket in self._tickets:
-                for seq in ticket.seqs:
-                    if seq.result_node is not None:
-                        self.tree.unlock(seq.result_node)
-                ticket.stages, ticket.waiting, ticket.failed = [], 0, True
-            self._tickets, self._free_sums = [], list(range(len(self._ticket_sums or ())))
+            self.abort()
             raise
         done = []
         for seq in self.scheduler.take_finished():
@@ -254,6 +248,19 @@ class Engine:
         for ticket in done:
             self._tickets.remove(ticket)
         return done
+
+    def abort(self) -> None:
+        """Stop every submitted expansion in flight: they fail, their sequences' slots and
+        locks are given back (done tickets not yet collected stay the caller's)."""
+        self.scheduler.abort()
+        for ticket in self._tickets:
+            for seq in ticket.seqs:
+                if seq.result_node is not None:
+                    self.tree.unlock(seq.result_node)
+                    seq.result_node = None
+            ticket.stages, ticket.waiting, ticket.failed = [], 0, True
+        self._free_sums.extend(s.pool_slot for t in self._tickets for s in t.seqs if s.pool_slot >= 0)
+        self._tickets = []
 
     def withdraw(self, ticket: "Ticket") -> None:
         """Take back a ticket submitted since the last `step` (nothing of it ran yet), e.g.

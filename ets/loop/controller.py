@@ -210,8 +210,13 @@ class SearchLoop:
         self.in_flight = can if in_flight is None else in_flight
 
     def run(self) -> LoopResult:
-        while self.step():
-            pass
+        try:
+            while self.step():
+                pass
+        except BaseException:
+            if self.in_flight:  # the other problems' expansions stop with the search
+                self.policy.abandon()
+            raise
         return LoopResult([self.results[i] for i in sorted(self.results)], self.stats())
 
     def step(self) -> bool:

@@ -18,8 +18,8 @@ Contract:
 - optional, `submit(requests)` and `poll()` (the engine policy has them): `expand` without
   waiting. `submit` returns a ticket; each `poll()` runs one step of everything submitted
   and returns the tickets that ended with it, whose `steps` are then what `expand` would
-  have returned. The loop then runs each problem's round on its own
-  (ets/loop/controller.py, `in_flight`);
+  have returned; `abandon()` drops everything in flight (a search stopped by an error).
+  The loop then runs each problem's round on its own (ets/loop/controller.py, `in_flight`);
 - `memory()` reports the backend's own KV memory: the most it can keep (`capacity_tokens`,
   read by admission, ets/loop/admission.py; None when it keeps nothing between calls) and
   what the live search holds now. The backend owns that number; nobody re-derives it from

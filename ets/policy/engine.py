@@ -150,6 +150,13 @@ class EnginePolicy(PromptsAndSteps):
                 done.append(ticket)
         return done
 
+    def abandon(self) -> None:
+        """Drop every expansion in flight (a search stopped by an error): the engine stops
+        their sequences; nothing of theirs stays locked."""
+        self.engine.abort()
+        for ticket in set(self._owner.values()):
+            self._drop(ticket)
+
     def _hand_out(self, ticket: "ExpandTicket") -> None:
         """A finished ticket's continuations, cut into steps, their handles held."""
         requests = ticket.requests
@@ -168,10 +175,12 @@ class EnginePolicy(PromptsAndSteps):
         self._live_sum += self.engine.stats()["locked_kv_tokens"]
 
     def _drop(self, ticket: "ExpandTicket") -> None:
-        """Forget a ticket that failed: its parts still in flight are aborted by the engine's
-        own error handling; those already collected are released."""
+        """Forget a ticket that failed: its parts still in flight were aborted by the
+        engine (or withdrawn); those that had ended are collected and their paths released."""
         for part, _, _ in ticket.parts:
             self._owner.pop(part, None)
+            if part.done:
+                self.engine.release([c.handle for per in self.engine.collect(part) for c in per])
         ticket.failed = True
 
     def release(self, handles: list[Hashable | None]) -> None:
