@@ -38,6 +38,8 @@ def test_a_short_expansion_is_collected_while_a_long_one_decodes_on(engine):
         order.extend(engine.step())
     assert order == [a, b]
     got_a, got_b = engine.collect(a), engine.collect(b)
+    with pytest.raises(RuntimeError, match="collected already"):
+        engine.collect(a)
     # the same tokens as each alone: a sequence's draws depend on its own seed only
     assert tokens(got_a) == tokens(alone_a) and tokens(got_b) == tokens(alone_b)
     engine.release([c.handle for per in got_a + got_b for c in per])

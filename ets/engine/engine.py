@@ -57,6 +57,7 @@ class Ticket:
         self.requests, self.seqs, self.stages = requests, seqs, stages
         self.waiting = 0        # sequences of the running stage not ended yet
         self.failed = False
+        self.collected = False  # its continuations were handed out (Engine.collect: once)
 
     @property
     def done(self) -> bool:
@@ -193,7 +194,8 @@ class Engine:
         is not computed yet) locked in the cache until its handle is released. With
         `embed`, each also carries its `embedding` (Continuation): pooled on the device
         from the states the decode steps compute anyway, one vector a continuation.
-        (`submit` + `step` until it is done + `collect`: the same, in one call.)"""
+        (`submit` + `step` until it is done + `collect`: the same, in one call; other
+        submitted expansions that end meanwhile are `done`, for their owners to collect.)"""
         ticket = self.submit(requests, max_new_tokens, temperature, top_p, top_k, stop, seed, ignore_eos, embed)
         while not ticket.done:
             self.step()
@@ -278,8 +280,10 @@ class Engine:
     def collect(self, ticket: "Ticket") -> list[list[Continuation]]:
         """A done ticket's continuations, per request (`expand`'s result); their handles
         now hold the paths."""
-        if not ticket.done or ticket.failed:
-            raise RuntimeError("collect: the ticket is not done" if not ticket.failed else "collect: the ticket failed")
+        if not ticket.done or ticket.collected:
+            why = "failed" if ticket.failed else "was collected already" if ticket.collected else "is not done"
+            raise RuntimeError(f"collect: the ticket {why}")
+        ticket.collected = True
         seqs = ticket.seqs
         pooling = [s for s in seqs if s.pool_slot >= 0]
         embeddings = None
