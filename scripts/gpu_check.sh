@@ -105,7 +105,7 @@ want parity && tail -n 3 "$OUTDIR/parity.log" | tee -a "$REPORT"
 
 # 1b. one device's memory split between a policy of 1.5B shapes and a PRM of 7B shapes
 # (random, bfloat16): the pools sized from the free memory, then worked
-if [ $QUICK -eq 1 ]; then MEM=(--quick); else MEM=(); fi
+if [ $QUICK -eq 1 ]; then MEM=(--quick --sequences 16 --tokens 32); else MEM=(); fi
 part memory 50 python3 scripts/check_memory_split.py --device "$DEVICE" "${MEM[@]}"
 want memory && grep -v "Loading\|Warning" "$OUTDIR/memory.log" | tail -n 6 | tee -a "$REPORT"
 
