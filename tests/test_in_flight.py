@@ -107,7 +107,7 @@ def comparable(records):
 
 @pytest.mark.parametrize("method, extra", [
     ("best_of_n", []), ("beam", []), ("dvts", []), ("rebase", []), ("ets", []),
-    ("ets", ["embedder=policy", "cluster_threshold=0.05"]),
+    ("ets", ["embedder=policy", "cluster_threshold=0.05"]), ("ets", ["embedder=prm", "cluster_threshold=0.05"]),
 ])
 def test_rounds_in_flight_give_the_records_of_whole_rounds(method, extra):
     config = ets.load_config(CONFIG, [f"method={method}", *extra])
