@@ -88,6 +88,11 @@ OVERRIDES = [
      "policy.vllm.gpu_memory_utilization: nan must be a finite number", ""),
     (["policy.backend=vllm", f"policy.vllm.tensor_parallel_size={HUGE}"],
      "policy.vllm.tensor_parallel_size:", "below 2**63"),
+    # a section the run's own keys do not have
+    (["run.torch_threads=1"], "override 'run.torch_threads=1'", "(torch_threads is a top-level key: torch_threads=1)"),
+    (["rounds=sometimes"], "rounds: 'sometimes' is not allowed", "in_flight, whole"),
+    (["policy.memory_fraction=2"], "policy.memory_fraction: 2 must be in (0, 1]", ""),
+    (["policy.compile=maybe"], "policy.compile:", "auto, on, off"),
     # values YAML has that a config does not hold
     (["reward.options.x=!!binary aGk="], "reward.options.x", "tag:yaml.org,2002:binary"),
 ]

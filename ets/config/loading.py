@@ -102,7 +102,11 @@ def merge_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     for item in overrides:
         path, value = parse_override(item)
         if not (len(path) == 1 or (len(path) == 2 and path[0] in SECTIONS) or (len(path) == 3 and tuple(path[:2]) in NESTED)):
-            raise ConfigError(f"override {shown(item)}: use key=value or SECTION.key=value with SECTION in {', '.join(SECTIONS)}")
+            hint = ""
+            if len(path) == 2 and path[1] in TOP_LEVEL:  # e.g. run.torch_threads: the run's keys have no section
+                hint = f" ({path[1]} is a top-level key: {path[1]}={item.split('=', 1)[1]})"
+            raise ConfigError(f"override {shown(item)}: use key=value or SECTION.key=value with SECTION in "
+                              f"{', '.join(SECTIONS)}{hint}")
         _mapping_at(raw, path[:-1], item)[path[-1]] = value
     return raw
 
