@@ -181,10 +181,10 @@ class StepTagPRM(MarkerPRM):
         tokenizer = load_tokenizer(ctx.model)
 
         def make_backend(cols: list[int]) -> ScoringBackend:
-            if _wants_engine(options, ctx) and options.share_policy_engine and ctx.engine is not None:
+            if wants_engine(options, ctx.use_engine) and options.share_policy_engine and ctx.engine is not None:
                 return EngineBackend(ctx.engine, cols, owns_engine=False)
             model, _ = load_causal_lm(ctx.model, device=device, dtype=dtype)
-            if _wants_engine(options, ctx):
+            if wants_engine(options, ctx.use_engine):
                 from ets.config import ConfigError
                 from ets.engine import Engine
                 from ets.engine.memory import plan_for
@@ -210,5 +210,6 @@ class StepTagPRM(MarkerPRM):
         return cls(tokenizer, options, make_backend, ctx.name)
 
 
-def _wants_engine(options: StepTagOptions, ctx: RewardContext) -> bool:
-    return options.backend == "engine" or (options.backend == "auto" and ctx.use_engine)
+def wants_engine(options: StepTagOptions, policy_on_engine: bool) -> bool:
+    """Whether the PRM scores on an engine (its own, or the policy's when shared)."""
+    return options.backend == "engine" or (options.backend == "auto" and policy_on_engine)

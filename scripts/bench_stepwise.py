@@ -37,19 +37,21 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
+from ets.config import PolicyConfig  # noqa: E402
 from ets.engine import Engine  # noqa: E402
 from ets.models.load import load_causal_lm  # noqa: E402
+from ets.policy.chat import prompt_format, render  # noqa: E402
 
 DEMO_DATA = Path(__file__).resolve().parents[1] / "ets" / "demo" / "data" / "test.jsonl"
 
 
-def prompts_of(tokenizer, data: Path, n: int) -> list[list[int]]:
-    """The first n questions of a JSONL file, in the model's chat template when it has one."""
+def prompts_of(tokenizer, model: str, data: Path, n: int) -> list[list[int]]:
+    """The first n questions of a JSONL file as a search's roots: in the model's chat
+    template when it has one (ets/policy/chat.py, a default PolicyConfig)."""
+    config = PolicyConfig(model=model)
+    fmt = prompt_format(tokenizer, config)
     questions = [json.loads(line)["question"] for line in data.read_text().splitlines()[:n]]
-    if tokenizer.chat_template:
-        return [list(tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
-                                                   tokenize=True, return_dict=False)) for q in questions]
-    return [tokenizer.encode(q + "\n") for q in questions]
+    return [render(tokenizer, config, fmt, q)[1] for q in questions]
 
 
 def one_call(engine: Engine, prompts: list[list[int]], tokens: int) -> list[list[int]]:
@@ -129,8 +131,8 @@ def main() -> None:
     delimiter = args.delimiter.encode().decode("unicode_escape")
     torch.set_num_threads(args.threads)
     model, tokenizer = load_causal_lm(args.model)
-    engine = Engine(model, tokenizer, kv_budget_tokens=1 << 18)
-    prompts = prompts_of(tokenizer, args.data, args.problems)
+    engine = Engine(model, tokenizer, kv_budget_tokens=1 << 16)
+    prompts = prompts_of(tokenizer, args.model, args.data, args.problems)
     print(f"{args.model}: {model.config.num_hidden_layers} layers; {len(prompts)} prompts "
           f"({sum(map(len, prompts)):,} tokens), {args.tokens} new tokens each, step delimiter {delimiter!r}, "
           f"{args.threads} thread(s), {args.repeats} interleaved repeats")

@@ -11,7 +11,7 @@ import torch
 
 from ets.config import ConfigError, RunConfig
 from ets.engine.engine import DEFAULT_KV_TOKENS
-from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, MemoryPlan, free_bytes, plan_for
+from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, free_bytes, plan_for, same_device
 from ets.engine.pool import KVPool, PoolTooLarge, kv_storage_dtype
 from ets.models.load import resolve_dtype
 
@@ -75,15 +75,18 @@ def _weight_bytes(model: str, dtype: torch.dtype) -> int | None:
     return count * dtype.itemsize
 
 
-def _reward_engine(config: RunConfig) -> tuple[str, int | None] | None:
-    """(device, its own kv_budget_tokens) of the PRM's own engine, when the run builds one
-    (step_tag scoring on the engine, not on the policy's); else None."""
-    options = config.reward.options or {}
-    if config.reward.name != "step_tag" or options.get("share_policy_engine") or config.policy.backend != "engine":
+def _reward_engine(config: RunConfig):
+    """The step-tag PRM's options, when the run gives it an engine of its own (rewards/
+    step_tag.py: scoring on an engine, not the policy's); else None."""
+    from ets.rewards.options import parse_options
+    from ets.rewards.step_tag import StepTagOptions, wants_engine
+
+    if config.reward.name != "step_tag":
         return None
-    if options.get("backend", "auto") == "forward":
+    options = parse_options(StepTagOptions, config.reward.options, config.reward.name)
+    if options.share_policy_engine or not wants_engine(options, config.policy.backend == "engine"):
         return None
-    return options.get("device") or config.policy.device, options.get("kv_budget_tokens")
+    return options
 
 
 def check_memory_notes(config: RunConfig) -> list[str]:
@@ -92,13 +95,12 @@ def check_memory_notes(config: RunConfig) -> list[str]:
     policy = config.policy
     if policy.backend != "engine":
         return []
-    reward = _reward_engine(config)
     models = [("policy", policy.model, policy.device, policy.dtype, policy.kv_dtype, policy.kv_budget_tokens,
                ENGINE_MEMORY_MULTIPLE)]
-    if reward is not None:
-        options = config.reward.options or {}
-        models.append(("reward", config.reward.model or policy.model, reward[0], options.get("dtype") or policy.dtype,
-                       None, reward[1], 1))
+    reward = _reward_engine(config)
+    if reward is not None:  # its device and dtype as step_tag resolves them: its own, else the policy's
+        models.append(("reward", config.reward.model or policy.model, reward.device or policy.device,
+                       reward.dtype or policy.dtype, None, reward.kv_budget_tokens, 1))
     plan = plan_for(policy.device, None, policy.memory_fraction, policy.reward_memory_share)
     fixed, weights = [], 0
     for name, model, device, dtype, kv_dtype, tokens, multiple in models:
@@ -106,7 +108,7 @@ def check_memory_notes(config: RunConfig) -> list[str]:
         if cfg is None:
             return [f"KV memory: the config of {model!r} cannot be read here; the run summary shows the pools"]
         per_token = KVPool.bytes_per_token_for(cfg, kv_storage_dtype(kv_dtype, resolve_dtype(dtype)))
-        on_plan = plan is not None and plan_for(device, plan, None) is plan
+        on_plan = plan is not None and plan.device == same_device(device)
         if on_plan:
             plan.claim(name, per_token, multiple, tokens)
             w = _weight_bytes(model, resolve_dtype(dtype))

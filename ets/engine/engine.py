@@ -116,15 +116,14 @@ class Engine:
         # transfer a call); on a GPU the adds themselves run beside the forwards
         self.embed_seconds = 0.0
         self._layout = (batch_invariant, cascade, max_batch_tokens, compiled.enabled(compile, self.device))
+        # In the device's plan: sized by it, when first needed (`__getattr__`), or, with
+        # `kv_budget_tokens`, set aside in it and shown in its report
         self.memory, self.memory_claim = memory, None
-        if kv_budget_tokens is None:  # sized by the plan, when first needed (`__getattr__`)
-            per_token = KVPool.bytes_per_token_for(model.config, self.kv_dtype)
-            self.memory_claim = memory.claim(memory_name, per_token, 1 if scoring_only else ENGINE_MEMORY_MULTIPLE)
-        else:
+        if memory is not None:
+            self.memory_claim = memory.claim(memory_name, KVPool.bytes_per_token_for(model.config, self.kv_dtype),
+                                             1 if scoring_only else ENGINE_MEMORY_MULTIPLE, tokens=kv_budget_tokens)
+        if kv_budget_tokens is not None:
             self._build_pool(kv_budget_tokens)
-            if memory is not None:  # set aside in the device's plan, and shown in its report
-                memory.claim(memory_name, self.pool.bytes_per_token, 1 if scoring_only else ENGINE_MEMORY_MULTIPLE,
-                             tokens=kv_budget_tokens)
         self.handles: dict[int, RadixNode] = {}
         # Handles whose lock was spilled under memory pressure: still valid to release,
         # their path merely recomputes (from its tokens) when next extended.
@@ -267,9 +266,8 @@ class Engine:
     def withdraw(self, ticket: "Ticket") -> None:
         """Take back a ticket submitted since the last `step` (nothing of it ran yet), e.g.
         when a later submit of the same caller fails."""
-        running = {id(s) for s in self.scheduler.running}
         queued = [s for s in self.scheduler.waiting if s.ticket is ticket]
-        if ticket not in self._tickets or any(id(s) in running for s in ticket.seqs) or len(queued) != ticket.waiting:
+        if ticket not in self._tickets or len(queued) != ticket.waiting:  # a sequence of its stage was admitted
             raise RuntimeError("withdraw: the ticket has started running")
         for seq in queued:
             self.scheduler.waiting.remove(seq)
@@ -288,13 +286,9 @@ class Engine:
         pooling = [s for s in seqs if s.pool_slot >= 0]
         embeddings = None
         if pooling:
-            t0 = time.perf_counter()
             rows = torch.tensor([s.pool_slot for s in pooling], device=self.device)
-            counts = torch.tensor([s.pooled_count for s in pooling])
-            embeddings = unit_rows(self._ticket_sums.index_select(0, rows), counts).cpu()
+            embeddings = self._embeddings(self._ticket_sums.index_select(0, rows), pooling)
             self._free_sums.extend(s.pool_slot for s in pooling)
-            self.embed_seconds += time.perf_counter() - t0 + self.runner.take_pool_seconds()
-            self.counters["embedded_steps"] += len(pooling)
         out, it = [], iter(seqs)
         rows = iter(embeddings) if embeddings is not None else None
         for req in ticket.requests:
@@ -398,8 +392,12 @@ class Engine:
             raise
         finally:
             scheduler.take_finished()
-        if sums is None:
-            return None
+        return None if sums is None else self._embeddings(sums, pooling)
+
+    def _embeddings(self, sums: torch.Tensor, pooling: list[Seq]) -> torch.Tensor:
+        """The pooling sequences' embeddings from their rows of sums ([len(pooling),
+        hidden], in their order): means, L2-normalised, on the CPU (one transfer); the
+        host time counted in `embed_seconds`."""
         t0 = time.perf_counter()
         counts = torch.tensor([s.pooled_count for s in pooling])
         out = unit_rows(sums, counts).cpu()

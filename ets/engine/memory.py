@@ -135,8 +135,7 @@ class MemoryPlan:
     def tokens(self, claim: Claim) -> int:
         """The pool of `claim`, in tokens (the plan resolved for it and the other open
         claims on first ask). Raises PoolTooLarge when the share holds not one token."""
-        if claim.tokens is None:
-            self._resolve([c for c in self.claims if c.tokens is None])
+        self.resolve()
         return claim.tokens
 
     def _weights(self, claims: list[Claim]) -> list[float]:

@@ -229,9 +229,7 @@ class SearchLoop:
             return False
         if self.in_flight:
             return self._step_in_flight()
-        self._rounds += 1
-        self._active_sum += len(self.active)
-        self._peak_active = max(self._peak_active, len(self.active))
+        self._count_round()
         clock = self._phase_seconds
         t0 = time.perf_counter()
         children = self.expand()
@@ -263,9 +261,7 @@ class SearchLoop:
         while not ready:
             self.policy.poll()
             ready = [a for a in self.active if a.expansion.done]
-        self._rounds += 1
-        self._active_sum += len(self.active)
-        self._peak_active = max(self._peak_active, len(self.active))
+        self._count_round()
         children = {}
         for a in ready:
             expansion, a.expansion = a.expansion, None
@@ -279,6 +275,12 @@ class SearchLoop:
         clock["select_seconds"] += time.perf_counter() - t2
         self.finish(done)
         return True
+
+    def _count_round(self) -> None:
+        """A round's place in the run's statistics: rounds, problems in flight."""
+        self._rounds += 1
+        self._active_sum += len(self.active)
+        self._peak_active = max(self._peak_active, len(self.active))
 
     def stats(self) -> RunStats:
         r = self._rounds
