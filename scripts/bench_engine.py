@@ -17,7 +17,10 @@ scaling  Decode tokens/s of B sequences (1..512) over a context of `--context` t
          the bound a decode of distinct contexts can reach here, the floor's step plus
          streaming every context's K and V once at this machine's rate (a plain sum over
          as many bytes): where that bound is under a third of the floor (a small model's
-         K/V outweigh its matmuls), no engine meets that bar on this machine.
+         K/V outweigh its matmuls), no engine meets that bar on this machine. The last
+         column is the engine's own host work a step (its scheduler's plan and booking and
+         the runner's metadata, Engine.STEP_PHASES) and its share of the wall: on a GPU,
+         the part of a step that no faster kernel shortens.
 graphs   (CUDA only) The model's floor as above, eager against replayed from a CUDA graph:
          the graph runs the same kernels with no Python between them and one launch for
          all, so graphed / eager says how much of an eager forward is host overhead on this
@@ -183,19 +186,33 @@ def _delta(before: dict, after: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- scaling
-def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int]], decode: int, device) -> float:
-    """Decode tokens/s of one cell: `kind` is engine (the prompts as given) or floor / hf."""
+def host_work(engine: Engine, wall: float) -> tuple[float, float]:
+    """The engine's own host work since its last reset_stats (plan + prepare + book,
+    Engine.STEP_PHASES): milliseconds a step, and its share of `wall`."""
+    stats = engine.stats()
+    host = stats["plan_seconds"] + stats["prepare_seconds"] + stats["book_seconds"]
+    return 1000 * host / max(1, stats["steps"]), host / wall
+
+
+def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int]], decode: int, device,
+                 host: list | None = None) -> float:
+    """Decode tokens/s of one cell: `kind` is engine (the prompts as given) or floor / hf.
+    An engine cell appends its host work (`host_work`) to `host` when given."""
     n = len(prompts)
     if kind == "engine":
         engine.evict()
         # Prefill outside the timing: the first call caches every prompt but its last token.
         engine.generate(prompts, max_new_tokens=1, temperature=0, ignore_eos=True)
         sync(device)
+        engine.reset_stats()
         start = time.perf_counter()
         # decode + 1 forwards of one new token per sequence (the first reads the prompt's last)
         engine.generate(prompts, max_new_tokens=decode + 1, temperature=0, ignore_eos=True)
         sync(device)
-        return n * (decode + 1) / (time.perf_counter() - start)
+        wall = time.perf_counter() - start
+        if host is not None:
+            host.append(host_work(engine, wall))
+        return n * (decode + 1) / wall
     if kind == "floor":  # the same batch over a 1-token context: the model's matmuls alone
         ids = torch.tensor([p[-1:] for p in prompts], device=device)
         with torch.inference_mode():
@@ -325,6 +342,7 @@ def scaling(model, tok, args) -> list[str]:
     # the floor, and what distinct contexts must read per step on top of it (the first engine's K/V)
     kinds += [("floor", None), ("kvread", vs[0])] + ([("hf", None)] if args.hf_scaling else [])
     cells: dict[tuple, list[float]] = {}
+    host: dict[int, list[tuple[float, float]]] = {}  # the first engine's host work, distinct contexts
     for engine in engines.values():  # warm-up
         scaling_cell("engine", model, engine, distinct[:2], 2, args.device)
     scaling_cell("floor", model, None, distinct[:2], 2, args.device)
@@ -334,7 +352,8 @@ def scaling(model, tok, args) -> list[str]:
                 prompts = [distinct[0]] * b if kind == "shared" else distinct[:b]
                 how = "engine" if kind in ("distinct", "shared") else kind
                 cells.setdefault((kind, v, b), []).append(
-                    scaling_cell(how, model, engines.get(v), prompts, args.decode, args.device))
+                    scaling_cell(how, model, engines.get(v), prompts, args.decode, args.device,
+                                 host.setdefault(b, []) if (kind, v) == ("distinct", vs[0]) else None))
     for engine in engines.values():
         engine.check()
     head = {"distinct": "distinct contexts", "shared": "shared prefix", "floor": "model floor (1-token context)",
@@ -345,7 +364,8 @@ def scaling(model, tok, args) -> list[str]:
     # The bound a decode of distinct contexts can reach: the floor's step plus streaming every
     # context's K and V once (no other cost); when it is under a third of the floor, no engine
     # meets that bar on this machine and model, and engine / bound says how close this one is.
-    ratios += ["bound / floor", "engine distinct / bound"]
+    ratios += ["bound / floor", "engine distinct / bound",
+               "engine distinct: host ms a step (share of the wall)"]
     lines = [f"scaling: decode tokens/s, context {args.context} -> {args.context + args.decode + 1} tokens, "
              f"{args.decode + 1} forwards, K/V {engines[vs[0]].pool.bytes_per_token:,} bytes a "
              f"token; median [min-max] of {args.repeats} interleaved repeats",
@@ -356,6 +376,8 @@ def scaling(model, tok, args) -> list[str]:
         ratio_cells = [f"{statistics.median(cells[(k, v, b)]) / floor:.2f}" for v in vs for k in ("distinct", "shared")]
         bound = 1 / (1 / floor + 1 / statistics.median(cells[("kvread", vs[0], b)]))
         ratio_cells += [f"{bound / floor:.2f}", f"{statistics.median(cells[('distinct', vs[0], b)]) / bound:.2f}"]
+        ms, share = (statistics.median(x) for x in zip(*host[b]))
+        ratio_cells.append(f"{ms:.1f} ({share:.0%})")
         lines.append(f"| {b} | " + " | ".join(summary(cells[(k, v, b)]) for k, v in kinds)
                      + " | " + " | ".join(ratio_cells) + " |")
     return lines
@@ -427,6 +449,11 @@ def tree(model, tok, args) -> tuple[list[str], float]:
                      "last, uncomputed token)")
         lines.append(f"{name} work: computed {est['computed_tokens']} tokens, cache hits {est['cache_hit_tokens']}, "
                      f"evicted {est['evicted_tokens']}, preempted {est['preempted']}")
+        shares = [r["stats"]["plan_seconds"] + r["stats"]["prepare_seconds"] + r["stats"]["book_seconds"]
+                  for r in results[name]]
+        lines.append(f"{name} host work (plan + prepare + book): {1000 * statistics.median(shares) / est['steps']:.1f} "
+                     f"ms a step over {est['steps']} steps, "
+                     f"{statistics.median(h / r['seconds'] for h, r in zip(shares, results[name])):.0%} of the wall")
         if est["compiled_graphs"]:
             lines.append(f"{name} compiled: {est['compiled_graphs']} graphs over every run, in "
                          f"{est['compile_seconds']:.1f} s (the forwards that compiled them)")

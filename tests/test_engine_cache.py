@@ -229,6 +229,28 @@ def test_shared_prefixes_are_computed_once(model_tok):
     assert engine.stats()["computed_tokens"] == _unique(prompts) + 4 * 3
 
 
+def test_the_step_clocks_count_forwards_and_split_their_time(model_tok):
+    import time
+
+    from ets.engine.engine import STEP_PHASES
+
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=1024)
+    prompts = [random_tokens(12, seed=s) for s in range(3)]
+    start = time.perf_counter()
+    engine.generate(prompts, max_new_tokens=5, temperature=0, ignore_eos=True)
+    wall = time.perf_counter() - start
+    stats = engine.stats()
+    # one forward for the prompts, then one per token after the first (a sampled token's KV waits)
+    assert stats["steps"] == 5
+    phases = [stats[f"{phase}_seconds"] for phase in STEP_PHASES]
+    assert all(seconds > 0 for seconds in phases) and sum(phases) <= wall
+    engine.reset_stats()
+    assert all(engine.stats()[f"{phase}_seconds"] == 0 for phase in STEP_PHASES)
+    engine.generate(prompts, max_new_tokens=2, temperature=0, ignore_eos=True)
+    assert engine.stats()["steps"] == 2 and engine.stats()["model_seconds"] > 0
+
+
 def test_the_pool_default_is_written_once(model_tok):
     from ets.engine import DEFAULT_KV_TOKENS, DEFAULT_MAX_BATCH_TOKENS
 

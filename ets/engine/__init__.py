@@ -51,7 +51,8 @@ Public API
                      # locked_kv_tokens (paths of live handles), peak_kv_tokens,
                      # peak_live_kv_tokens (locked + running), cache_hit_tokens,
                      # computed_tokens, generated_tokens, evicted_tokens, preempted, pool_kv_*,
-                     # embedded_steps and embed_seconds (pooled embeddings, host time)
+                     # embedded_steps and embed_seconds (pooled embeddings, host time),
+                     # steps (forwards) and <phase>_seconds (engine.STEP_PHASES)
     engine.check()   # raises AssertionError if an invariant of the cache is broken
     engine.evict()   # drop every unlocked cache entry now (returns tokens freed)
     engine.reset_stats()

@@ -35,7 +35,12 @@ DEFAULT_KV_TOKENS = 65536        # the pool (the whole KV budget) when none is g
 DEFAULT_MAX_BATCH_TOKENS = 8192  # new tokens per forward when none is given
 
 COUNTERS = ("cache_hit_tokens", "computed_tokens", "generated_tokens", "evicted_tokens", "preempted",
-            "peak_kv_tokens", "peak_live_kv_tokens", "spilled_handles", "embedded_steps")
+            "peak_kv_tokens", "peak_live_kv_tokens", "spilled_handles", "embedded_steps", "steps")
+# Where a step's wall time goes, in `stats()` as `<phase>_seconds`: the scheduler's plan,
+# the runner's metadata for the forward (prepare), the model's own code (on a GPU: mostly
+# launching its kernels), sampling (on a GPU: also the wait for the device) and the
+# scheduler's booking of the results. plan + prepare + book is the engine's own host work.
+STEP_PHASES = ("plan", "prepare", "model", "sample", "book")
 
 
 class Continuation(NamedTuple):
@@ -115,6 +120,7 @@ class Engine:
         # host seconds spent pooling step embeddings (the index lists, the adds, the one
         # transfer a call); on a GPU the adds themselves run beside the forwards
         self.embed_seconds = 0.0
+        self.step_seconds = dict.fromkeys(STEP_PHASES, 0.0)
         self._layout = (batch_invariant, cascade, max_batch_tokens, compiled.enabled(compile, self.device))
         # In the device's plan: sized by it, when first needed (`__getattr__`), or, with
         # `kv_budget_tokens`, set aside in it and shown in its report
@@ -139,7 +145,8 @@ class Engine:
         batch_invariant, cascade, max_batch_tokens, compiled_forward = self._layout
         self.pool = KVPool.for_model(self.model.config, tokens, self.kv_dtype, self.device)
         self.allocator = SlotAllocator(tokens, self.device)
-        self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade, compiled_forward)
+        self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade, compiled_forward,
+                                  clock=self.step_seconds)
         self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
         self.scheduler.relieve = self._spill_newest
 
@@ -231,7 +238,7 @@ class Engine:
         first); the tickets whose sequences all ended with it, now ready to `collect`.
         An error aborts every ticket in flight (their finished paths are unlocked)."""
         try:
-            plan = self.scheduler.schedule()
+            plan = self._schedule()
             if plan.chunks:
                 self._compute(plan, self._ticket_sums)
         except BaseException:
@@ -350,6 +357,13 @@ class Engine:
             return []
         return [*self._shared_stages([(p, len(p), 1) for p in prefixes]), [Seq(list(p), len(p)) for p in prefixes]]
 
+    def _schedule(self) -> Plan:
+        """The scheduler's next step, its time on the `plan` clock."""
+        t0 = time.perf_counter()
+        plan = self.scheduler.schedule()
+        self.step_seconds["plan"] += time.perf_counter() - t0
+        return plan
+
     def _compute(self, plan: Plan, sums: torch.Tensor | None, hidden: bool = False) -> None:
         """One planned step: the runner computes it (adding pooled states to `sums`),
         sampling picks the next tokens, the scheduler books the results."""
@@ -362,8 +376,14 @@ class Engine:
             outputs = self.runner.forward(plan.chunks, hidden=hidden)
         else:
             outputs = self.runner.forward(plan.chunks, hidden=hidden, pool=pool)
+        clock = self.step_seconds
+        t0 = time.perf_counter()
         tokens = self._sample(plan, outputs)
+        t1 = time.perf_counter()
         self.scheduler.postprocess(plan, outputs, tokens)
+        clock["sample"] += t1 - t0
+        clock["book"] += time.perf_counter() - t1
+        self.counters["steps"] += 1
 
     def _run(self, seqs: list[Seq], hidden: bool = False) -> torch.Tensor | None:
         """Run `seqs` to completion (results are left on each `Seq`): the scheduler plans
@@ -384,7 +404,7 @@ class Engine:
         scheduler.add(seqs)
         try:
             while scheduler.has_work:
-                plan = scheduler.schedule()
+                plan = self._schedule()
                 if plan.chunks:
                     self._compute(plan, sums, hidden)
         except BaseException:
@@ -557,6 +577,7 @@ class Engine:
         for key in COUNTERS:
             self.counters[key] = 0
         self.embed_seconds = 0.0
+        self.step_seconds.update(dict.fromkeys(STEP_PHASES, 0.0))
         self.counters["peak_kv_tokens"] = self.allocator.n_used
         self.counters["peak_live_kv_tokens"] = self.tree.locked_tokens
 
@@ -565,7 +586,8 @@ class Engine:
         unlocked LRU cache); locked_kv_tokens = the paths held by live handles;
         peak_live_kv_tokens = the most that had to be resident (locked + running);
         embedded_steps / embed_seconds = step embeddings pooled (expand(embed=True),
-        score_pooled) and the host time their pooling took; compiled_graphs /
+        score_pooled) and the host time their pooling took; steps = forwards, and
+        <phase>_seconds their wall time by phase (STEP_PHASES); compiled_graphs /
         compile_seconds = the graphs a compiled forward compiled since the engine was built
         and the seconds of the forwards that compiled them (0 when eager)."""
         resident = self.allocator.n_used
@@ -580,6 +602,7 @@ class Engine:
             "live_handles": len(self.handles),
             **self.counters,
             "embed_seconds": self.embed_seconds,
+            **{f"{phase}_seconds": seconds for phase, seconds in self.step_seconds.items()},
             "compiled_graphs": compiled_model.graphs if compiled_model else 0,
             "compile_seconds": compiled_model.compile_seconds if compiled_model else 0.0,
         }

@@ -60,8 +60,11 @@ class Pooling(NamedTuple):
 
 class ModelRunner:
     def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True,
-                 cascade: bool = True, compile: bool = False):
+                 cascade: bool = True, compile: bool = False, clock: dict[str, float] | None = None):
         attention.register()
+        # seconds by phase, added to: "prepare" (this forward's metadata) and "model" (the
+        # model's own code); the engine's clock (Engine.step_seconds) when given
+        self.clock = {"prepare": 0.0, "model": 0.0} if clock is None else clock
         # compile: the model's forward runs compiled (compiled.py), its rows padded as it asks
         self.compiled = compiled.CompiledModel(model, pool.device) if compile else None
         self.cascade = cascade  # False: decode sequences with siblings are attended plainly too
@@ -104,6 +107,7 @@ class ModelRunner:
         """Per chunk, the logits (or final hidden states) at its `keep` offsets: [len(keep), V].
         With `pool`, the final hidden states it names are added to its sums, read off the
         model's final norm in this same forward (one gather and one index_add)."""
+        t_start = time.perf_counter()
         # Decode chunks first: those alone on their path (plain attention), then those with
         # siblings (cascade attention, by cluster; plain too when the cascade is off); then
         # prefill chunks, in groups of like lengths (prefill_groups). Each group is contiguous.
@@ -159,6 +163,7 @@ class ModelRunner:
             slots = torch.cat([slots, slots.new_full((len(ids) - len(slots),), self.pool.scratch_slot)])
         batch = attention.PackedBatch(self.pool.k, self.pool.v, slots, groups, self.workspace)
         hooked = pool is not None and self.compiled is None  # compiled, the graph hands them out
+        t_model = time.perf_counter()
         with self._paged_attention(), (final_hidden(self.model) if hooked else contextlib.nullcontext()) as states:
             if self.compiled is not None:
                 out, final = self.compiled.forward(batch, input_ids, position_ids, None if hidden else keep_t,
@@ -174,16 +179,20 @@ class ModelRunner:
                     input_ids=input_ids, position_ids=position_ids, use_cache=False,
                     logits_to_keep=keep_t, ets_batch=batch,
                 ).logits[0, :n_keep]
-        if pool is not None:
-            t0 = time.perf_counter()
+        t_end = t_pooled = time.perf_counter()
+        self.clock["model"] += t_end - t_model
+        if pool is not None:  # (its time is the embedding's: Engine.embed_seconds)
             self._pool(states[-1][0], pool, chunks, order, n_decode)
-            self._pool_seconds += time.perf_counter() - t0
+            t_pooled = time.perf_counter()
+            self._pool_seconds += t_pooled - t_end
         first = [0] * len(chunks)  # chunk i's outputs are rows first[i]..first[i] + len(keep) of `out`
         row = 0
         for i in order:
             first[i] = row
             row += len(chunks[i].keep)
-        return Outputs(out, first, [len(c.keep) for c in chunks])
+        outputs = Outputs(out, first, [len(c.keep) for c in chunks])
+        self.clock["prepare"] += (t_model - t_start) + (time.perf_counter() - t_pooled)
+        return outputs
 
     def _rows(self, rows: int) -> int:
         """The rows a forward of `rows` rows (or kept outputs) is padded to: MIN_ROWS at
