@@ -134,11 +134,13 @@ class ModelRunner:
         # the decode chunks (first): one token each, whose one output is kept
         ids = [c.token_ids[0] for c in ordered[:n_decode]]
         pos = [c.start for c in ordered[:n_decode]]
+        table_rows = [c.row for c in ordered[:n_decode]]  # each token's slot-table row
         keep = list(range(n_decode))
         for c in ordered[n_decode:]:
             base = len(ids)
             ids.extend(c.token_ids)
             pos.extend(range(c.start, c.start + len(c.token_ids)))
+            table_rows.extend([c.row] * len(c.token_ids))
             keep.extend(base + k for k in c.keep)
         at = n_decode
         for part in parts:
@@ -149,6 +151,7 @@ class ModelRunner:
         # of the last kept row; their outputs are dropped, their K/V go to a scratch slot):
         # see invariant.py; compiled, as many more as its shapes want (CompiledModel.rows)
         rows = self._rows(len(ids))
+        n_tokens = len(ids)
         ids += ids[-1:] * (rows - len(ids))
         pos += pos[-1:] * (rows - len(pos))
         n_keep = len(keep)
@@ -158,9 +161,10 @@ class ModelRunner:
         input_ids = torch.tensor([ids], dtype=torch.long, device=dev)
         position_ids = torch.tensor([pos], dtype=torch.long, device=dev)
         keep_t = torch.tensor(keep, dtype=torch.long, device=dev)
-        slots = torch.cat([c.slots for c in ordered])
-        if len(ids) > len(slots):  # the padding rows write their K/V to the pool's scratch slot
-            slots = torch.cat([slots, slots.new_full((len(ids) - len(slots),), self.pool.scratch_slot)])
+        # the new tokens' slots, read from the slot table (the scheduler wrote them there)
+        slots = self.table.rows[torch.tensor(table_rows, dtype=torch.long, device=dev), position_ids[0, :n_tokens]]
+        if rows > n_tokens:  # the padding rows write their K/V to the pool's scratch slot
+            slots = torch.cat([slots, slots.new_full((rows - n_tokens,), self.pool.scratch_slot)])
         batch = attention.PackedBatch(self.pool.k, self.pool.v, slots, groups, self.workspace)
         hooked = pool is not None and self.compiled is None  # compiled, the graph hands them out
         t_model = time.perf_counter()

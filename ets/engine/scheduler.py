@@ -140,6 +140,13 @@ class Scheduler:
             seq.uid = next(self._uids)
             self.table.write(seq.row, 0, slots)
             seq.prefix_node, seq.prefix_len, seq.kv_len = node, slots.numel(), slots.numel()
+            # Its decode steps split their attention at the end of its request's path,
+            # whatever was cached when it was admitted (which depends on what else ran): its
+            # numbers are then its own (ets/engine/invariant.py). Its cluster: the sequences
+            # whose KV before that point is the same slots (one locked node); a path computed
+            # in part by itself is alone.
+            split = seq.n_prompt - 1
+            seq.cluster = (id(node), split) if split <= seq.prefix_len else (-1 - seq.uid, split)
             seq.outputs = []
             self.counters["cache_hit_tokens"] += slots.numel()
             self.running.append(seq)
@@ -172,8 +179,8 @@ class Scheduler:
             skip = torch.repeat_interleave(torch.cumsum(ns, 0) - ns - starts, ns, output_size=total)
             self.table.write_many(torch.repeat_interleave(rows, ns, output_size=total),
                                   torch.arange(total, device=dev) - skip, slots)
-            for (seq, n), own in zip(wants, slots.split(sizes)):
-                self._add_chunk(plan, seq, own, n)
+            for seq, n in wants:
+                self._add_chunk(plan, seq, n)
             return plan
         # Short of slots: sequence by sequence, evicting and then preempting the youngest
         # (which leave `running`, so the loop reads it afresh).
@@ -184,14 +191,14 @@ class Scheduler:
             if own is None:  # `seq` itself was preempted; everyone after it too
                 break
             self.table.write(seq.row, seq.kv_len, own)  # positions kv_len..kv_len+n of its row
-            self._add_chunk(plan, seq, own, own.numel())
+            self._add_chunk(plan, seq, own.numel())
             budget -= own.numel()
             i += 1
         return plan
 
     @staticmethod
-    def _add_chunk(plan: Plan, seq: Seq, slots: torch.Tensor, n: int) -> None:
-        """Plan `seq`'s next `n` tokens (their `slots` already in its row). Called per
+    def _add_chunk(plan: Plan, seq: Seq, n: int) -> None:
+        """Plan `seq`'s next `n` tokens (their slots already in its row). Called per
         sequence per step: a decode step of a few hundred sequences spends its Python here."""
         start = seq.kv_len
         if seq.params is None:  # scoring: the outputs at its positions, nothing sampled
@@ -201,15 +208,8 @@ class Scheduler:
             keep = [n - 1] if sample else []
         if sample:
             plan.to_sample.append(len(plan.chunks))
-        decode = sample and n == 1
-        # A decode step splits its attention at the end of its request's path, whatever was
-        # cached when it was admitted (which depends on what else ran): its numbers are then
-        # its own (ets/engine/invariant.py). Its cluster: the sequences whose KV before that
-        # point is the same slots (one locked node); a path computed in part by itself is alone.
-        split = seq.n_prompt - 1
-        cluster = (id(seq.prefix_node), split) if split <= seq.prefix_len else (-1 - seq.uid, split)
-        plan.chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], slots, keep, cluster, split,
-                                 seq.uid, decode))
+        plan.chunks.append(Chunk(seq.row, start, seq.tokens[start:start + n], keep, seq.cluster, seq.n_prompt - 1,
+                                 seq.uid, sample and n == 1))
         plan.owners.append(seq)
 
     def _take(self, n: int) -> torch.Tensor:
@@ -282,7 +282,7 @@ class Scheduler:
         (the slots of a step planned but not booked too)."""
         if self._unbooked is not None:
             for chunk in self._unbooked.chunks:
-                self.allocator.free(chunk.slots)
+                self.allocator.free(self.table.rows[chunk.row, chunk.start:chunk.start + len(chunk.token_ids)].clone())
             self._unbooked = None
         for seq in list(self.running):
             self.allocator.free(self.table.rows[seq.row, seq.prefix_len: seq.kv_len].clone())

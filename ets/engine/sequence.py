@@ -31,7 +31,9 @@ from ets.engine.sampling import SamplingParams, StopChecker
 
 
 class Chunk(NamedTuple):
-    """The scheduler's order to the runner: compute these tokens of one sequence now.
+    """The scheduler's order to the runner: compute these tokens of one sequence now. Their
+    pool slots are already in the sequence's slot-table row (the runner reads them there,
+    on the device, for the whole forward at once):
 
         row r of the slot table: [ computed ...... | token_ids -> slots | later ... ]
                                   0            start              start + len(token_ids)
@@ -39,7 +41,6 @@ class Chunk(NamedTuple):
     row: int                 # the sequence's slot-table row
     start: int               # position of the first new token (= tokens already computed)
     token_ids: list[int]     # the new tokens
-    slots: torch.Tensor      # [len(token_ids)] pool slots for them
     keep: list[int]          # offsets in the chunk whose outputs are returned
     cluster: tuple = ()      # decode: chunks with the same cluster share KV of positions < shared
     shared: int = 0          # decode: where its attention splits into prefix | own (cascade.py)
@@ -57,6 +58,7 @@ class Seq:
     positions: list[int] = field(default_factory=list)   # scoring: outputs wanted here
     outputs: list[torch.Tensor] = field(default_factory=list)
     lock_result: bool = False                # keep the finished path locked (expand)
+    cluster: tuple = ()                      # its decode chunks' Chunk.cluster (set on admission)
     pool_from: int = -1                      # first position whose hidden state is pooled; -1: none
     pool_to: int | None = None               # end of the pooled positions (exclusive); None: all computed
     pool_slot: int = -1                      # its row of the call's sums (Engine._run, Engine.submit)
