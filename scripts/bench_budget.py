@@ -17,6 +17,10 @@ problem and node alone): a line says whether every run of a method wrote the sam
 
     python scripts/bench_budget.py      # demo, W=64, 24 problems, pools of 16k, 32k and 262k (demo.yaml's) tokens
     python scripts/bench_budget.py --budgets 32768 --problems 8 --repeats 2 seed=1
+    python scripts/bench_budget.py --budgets 262144 --embedders static:all-MiniLM-L6-v2,policy,prm
+
+`--embedders` runs ETS once per step embedder (`search.embedder`) against the same
+REBASE runs: in each repeat the methods run in an order rotated by one from the last.
 """
 
 from __future__ import annotations
@@ -40,8 +44,6 @@ from ets.data import load_problems  # noqa: E402
 from ets.loop.controller import SearchLoop  # noqa: E402
 from ets.policy.build import build_policy  # noqa: E402
 from ets.strategies import build as build_strategy  # noqa: E402
-
-METHODS = ("rebase", "ets")
 
 
 def one_run(problems, policy, reward, config) -> dict:
@@ -73,30 +75,45 @@ def main(argv=None) -> None:
     ap.add_argument("--budgets", default="16384,32768,262144", help="policy KV pools in tokens, comma-separated")
     ap.add_argument("--repeats", type=int, default=2, help="interleaved repeats (2: each method once in each place)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the machine is shared)")
+    ap.add_argument("--embedders", default=None,
+                    help="ETS once per step embedder, comma-separated (default: the config's)")
     ap.add_argument("overrides", nargs="*", help="config overrides, key=value (e.g. seed=1)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     budgets = [int(b) for b in args.budgets.split(",")]
-    configs = {(b, m): load_config(args.config, [f"method={m}", f"width={args.width}", f"data.limit={args.problems}",
+    # each method's name and its own overrides: REBASE, then ETS (once per embedder asked for)
+    methods = {"rebase": ["method=rebase"]}
+    if args.embedders is None:
+        methods["ets"] = ["method=ets"]
+    else:
+        methods.update({f"ets, {e}": ["method=ets", f"embedder={e}"] for e in args.embedders.split(",")})
+    configs = {(b, m): load_config(args.config, [*own, f"width={args.width}", f"data.limit={args.problems}",
                                                  f"policy.kv_budget_tokens={b}", *args.overrides])
-               for b in budgets for m in METHODS}
-    first = configs[budgets[0], METHODS[0]]
+               for b in budgets for m, own in methods.items()}
+    names = list(methods)
+    first = configs[budgets[0], names[0]]
     problems = load_problems(first.data)
-    policies = {b: build_policy(configs[b, METHODS[0]].policy, first.search) for b in budgets}
+    policies = {b: build_policy(configs[b, names[0]].policy, first.search) for b in budgets}
     reward = build_reward(first, policies[budgets[0]])
-    print(f"REBASE against ETS, W={args.width}, {len(problems)} problems, seed {first.search.seed}, "
+    against = "ETS" if args.embedders is None else f"ETS with each of {args.embedders}"
+    print(f"REBASE against {against}, W={args.width}, {len(problems)} problems, seed {first.search.seed}, "
           f"{args.threads} thread(s), concurrency cap {first.concurrency}, {args.repeats} interleaved repeats, "
           f"policy {first.policy.model} on {first.policy.backend}, reward {first.reward.name}")
 
     # One untimed run first: the pools' pages and the embedder are touched once, outside every measurement.
     for b in budgets:
-        one_run(problems[:1], policies[b], reward, configs[b, "ets"])
+        for m in names[1:]:
+            one_run(problems[:1], policies[b], reward, configs[b, m])
     runs: dict[tuple[int, str], list[dict]] = {key: [] for key in configs}
     for rep in range(args.repeats):
         shift = rep % len(budgets)
+        # two methods: REBASE first in even repeats, ETS first in odd ones; more: rotated by one
+        order = names if rep % 2 == 0 else names[::-1]
+        if len(names) > 2:
+            order = names[rep % len(names):] + names[:rep % len(names)]
         for b in budgets[shift:] + budgets[:shift]:
-            for m in METHODS if rep % 2 == 0 else METHODS[::-1]:
+            for m in order:
                 r = one_run(problems, policies[b], reward, configs[b, m])
                 runs[b, m].append(r)
                 print(f"  repeat {rep + 1}, budget {b:,}, {m}: {r['wall']:.1f} s, {r['problems_s']:.4f} problems/s, "
@@ -106,7 +123,7 @@ def main(argv=None) -> None:
           "| preempted | computed / generated | KV size/problem | accuracy |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for b in budgets:
-        for m in METHODS:
+        for m in names:
             rs = runs[b, m]
             # admission, and so in flight, KV and accuracy, are the same in every run: the first's
             one = rs[0]
@@ -117,12 +134,13 @@ def main(argv=None) -> None:
                   f"| {one['kv_per_problem']:,.0f} | {100 * one['accuracy']:.1f}% |")
     print()
     for b in budgets:
-        ratios = [e["problems_s"] / r["problems_s"] for e, r in zip(runs[b, "ets"], runs[b, "rebase"])]
-        geomean = math.exp(statistics.fmean(math.log(x) for x in ratios))
-        kv = runs[b, "rebase"][0]["kv_per_problem"] / runs[b, "ets"][0]["kv_per_problem"]
-        print(f"budget {b:,}: ETS / REBASE problems/s per repeat {', '.join(f'{x:.2f}' for x in ratios)} "
-              f"(geometric mean {geomean:.2f}); KV size {kv:.2f}x smaller")
-    same = all(len({r["records"] for b in budgets for r in runs[b, m]}) == 1 for m in METHODS)
+        for m in names[1:]:
+            ratios = [e["problems_s"] / r["problems_s"] for e, r in zip(runs[b, m], runs[b, "rebase"])]
+            geomean = math.exp(statistics.fmean(math.log(x) for x in ratios))
+            kv = runs[b, "rebase"][0]["kv_per_problem"] / runs[b, m][0]["kv_per_problem"]
+            print(f"budget {b:,}: {m.replace('ets', 'ETS', 1)} / REBASE problems/s per repeat "
+                  f"{', '.join(f'{x:.2f}' for x in ratios)} (geometric mean {geomean:.2f}); KV size {kv:.2f}x smaller")
+    same = all(len({r["records"] for b in budgets for r in runs[b, m]}) == 1 for m in names)
     print(f"records of each method identical across budgets and repeats: {'yes' if same else 'NO'}")
 
 
