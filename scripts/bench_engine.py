@@ -343,10 +343,12 @@ def scaling(model, tok, args) -> list[str]:
     kinds += [("floor", None), ("kvread", vs[0])] + ([("hf", None)] if args.hf_scaling else [])
     cells: dict[tuple, list[float]] = {}
     host: dict[int, list[tuple[float, float]]] = {}  # the first engine's host work, distinct contexts
-    for engine in engines.values():  # warm-up
+    for v, engine in engines.items():  # warm-up (a compiled engine compiles here: its time is printed)
+        start = time.perf_counter()
         scaling_cell("engine", model, engine, distinct[:2], 2, args.device)
+        print(f"  scaling, {engine_name(v, vs)}: warm-up {time.perf_counter() - start:.1f} s", flush=True)
     scaling_cell("floor", model, None, distinct[:2], 2, args.device)
-    for _ in range(args.repeats):
+    for rep in range(args.repeats):
         for b in batches:
             for kind, v in kinds:
                 prompts = [distinct[0]] * b if kind == "shared" else distinct[:b]
@@ -354,6 +356,10 @@ def scaling(model, tok, args) -> list[str]:
                 cells.setdefault((kind, v, b), []).append(
                     scaling_cell(how, model, engines.get(v), prompts, args.decode, args.device,
                                  host.setdefault(b, []) if (kind, v) == ("distinct", vs[0]) else None))
+                # as it goes: a run stopped at a time limit (scripts/gpu_check.sh) still leaves these
+                name = f"{engine_name(v, vs)} {kind}" if kind in ("distinct", "shared") else kind
+                print(f"  scaling, repeat {rep + 1}, {b} sequences, {name}: {cells[(kind, v, b)][-1]:,.0f} tok/s",
+                      flush=True)
     for engine in engines.values():
         engine.check()
     head = {"distinct": "distinct contexts", "shared": "shared prefix", "floor": "model floor (1-token context)",

