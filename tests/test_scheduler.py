@@ -68,6 +68,24 @@ def shape(plan: Plan) -> list[tuple[int, int]]:
     return [(c.start, len(c.token_ids)) for c in plan.chunks]
 
 
+def test_a_prefill_cut_to_one_token_beside_a_decode_is_not_sampled():
+    # every chunk of the step is one token, but only the first is its sequence's last
+    s = scheduler(pool=64, max_batch_tokens=2)
+    a = gen(range(1, 3))
+    s.add([a])
+    step(s)                          # a prefills its 2 tokens and samples one
+    b = gen(range(11, 16))           # 5 prompt tokens
+    s.add([b])
+    plan = step(s)
+    assert plan.owners == [a, b] and shape(plan) == [(2, 1), (0, 1)]
+    assert plan.to_sample == [0] and [c.decode for c in plan.chunks] == [True, False]
+    assert plan.chunks[1].keep == [] and plan.chunks[1].token_ids == [11]
+    assert s.table.rows[b.row, 0].item() not in s.allocator.free_slots().tolist()
+    plan = step(s)                   # a decodes; b goes on with its prefill, a token a step
+    assert shape(plan) == [(3, 1), (1, 1)] and plan.to_sample == [0]
+    check(s)
+
+
 def test_packs_oldest_first_decode_one_token_prefill_the_rest_chunked():
     s = scheduler(pool=64, max_batch_tokens=10)
     a, b = gen(range(1, 7)), gen(range(11, 19))   # 6 and 8 prompt tokens

@@ -172,13 +172,20 @@ class Scheduler:
             # hand out, in the same order.
             slots = self._take(total)
             dev = slots.device
-            ns = torch.tensor(sizes, dtype=torch.long, device=dev)
             rows = torch.tensor([seq.row for seq, _ in wants], dtype=torch.long, device=dev)
             starts = torch.tensor([seq.kv_len for seq, _ in wants], dtype=torch.long, device=dev)
-            # position of each new token: its sequence's start + its offset in the chunk
-            skip = torch.repeat_interleave(torch.cumsum(ns, 0) - ns - starts, ns, output_size=total)
-            self.table.write_many(torch.repeat_interleave(rows, ns, output_size=total),
-                                  torch.arange(total, device=dev) - skip, slots)
+            if total == len(wants):  # one token each (a decode step): at its sequence's start
+                self.table.write_many(rows, starts, slots)
+                # (all generating, each with its last token to compute: not a prefill cut to one token)
+                if all(seq.params is not None and len(seq.tokens) == seq.kv_len + 1 for seq, _ in wants):
+                    self._add_decode_chunks(plan, [seq for seq, _ in wants])
+                    return plan
+            else:
+                ns = torch.tensor(sizes, dtype=torch.long, device=dev)
+                # position of each new token: its sequence's start + its offset in the chunk
+                skip = torch.repeat_interleave(torch.cumsum(ns, 0) - ns - starts, ns, output_size=total)
+                self.table.write_many(torch.repeat_interleave(rows, ns, output_size=total),
+                                      torch.arange(total, device=dev) - skip, slots)
             for seq, n in wants:
                 self._add_chunk(plan, seq, n)
             return plan
@@ -195,6 +202,17 @@ class Scheduler:
             budget -= own.numel()
             i += 1
         return plan
+
+    @staticmethod
+    def _add_decode_chunks(plan: Plan, seqs: list[Seq]) -> None:
+        """`_add_chunk(plan, seq, 1)` for each of `seqs`, all generating and each with only
+        its last (sampled) token to compute, in one pass (a decode step of a few hundred
+        sequences)."""
+        first = len(plan.chunks)
+        plan.chunks.extend(Chunk(s.row, s.kv_len, s.tokens[-1:], [0], s.cluster, s.n_prompt - 1, s.uid, True)
+                           for s in seqs)
+        plan.owners.extend(seqs)
+        plan.to_sample.extend(range(first, first + len(seqs)))
 
     @staticmethod
     def _add_chunk(plan: Plan, seq: Seq, n: int) -> None:
