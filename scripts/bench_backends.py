@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -60,11 +59,6 @@ def tree_workload(policy, questions, width: int, depth: int, step_tokens: int) -
     return {"generated_tokens": generated, "seconds": round(elapsed, 2), "tokens_per_s": generated / elapsed}
 
 
-def spread(values: list[float], fmt: str) -> str:
-    """median [min-max]"""
-    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(DEMO), help="the run's config (default: the demo's)")
@@ -76,6 +70,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="rounds of every backend, in turn")
     args = parser.parse_args()
 
+    from bench_concurrency import spread  # median [min-max]
     from ets.api import build_reward
     from ets.app.run import run
     from ets.config import load_config

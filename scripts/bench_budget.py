@@ -108,10 +108,8 @@ def main(argv=None) -> None:
     runs: dict[tuple[int, str], list[dict]] = {key: [] for key in configs}
     for rep in range(args.repeats):
         shift = rep % len(budgets)
-        # two methods: REBASE first in even repeats, ETS first in odd ones; more: rotated by one
-        order = names if rep % 2 == 0 else names[::-1]
-        if len(names) > 2:
-            order = names[rep % len(names):] + names[:rep % len(names)]
+        # rotated by one each repeat (two methods: REBASE first in even repeats, ETS in odd ones)
+        order = names[rep % len(names):] + names[:rep % len(names)]
         for b in budgets[shift:] + budgets[:shift]:
             for m in order:
                 r = one_run(problems, policies[b], reward, configs[b, m])

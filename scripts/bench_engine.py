@@ -19,8 +19,8 @@ scaling  Decode tokens/s of B sequences (1..512) over a context of `--context` t
          as many bytes): where that bound is under a third of the floor (a small model's
          K/V outweigh its matmuls), no engine meets that bar on this machine. The last
          column is the engine's own host work a step (its scheduler's plan and booking and
-         the runner's metadata, Engine.STEP_PHASES) and its share of the wall: on a GPU,
-         the part of a step that no faster kernel shortens.
+         the runner's metadata: HOST_PHASES in ets/engine/engine.py) and its share of the
+         wall: on a GPU, the part of a step that no faster kernel shortens.
 graphs   (CUDA only) The model's floor as above, eager against replayed from a CUDA graph:
          the graph runs the same kernels with no Python between them and one launch for
          all, so graphed / eager says how much of an eager forward is host overhead on this
@@ -60,6 +60,7 @@ from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 
 from ets.config import PolicyConfig, SearchConfig  # noqa: E402
 from ets.engine import Engine, freeze_loaded  # noqa: E402
+from ets.engine.engine import HOST_PHASES  # noqa: E402
 from ets.models.tiny import build_tokenizer, tiny_config  # noqa: E402
 from ets.policy.base import ExpandRequest  # noqa: E402
 from ets.policy.engine import EnginePolicy  # noqa: E402
@@ -186,12 +187,16 @@ def _delta(before: dict, after: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- scaling
+def host_seconds(stats: dict) -> float:
+    """The engine's own host work in these `Engine.stats()` (its HOST_PHASES' seconds)."""
+    return sum(stats[f"{phase}_seconds"] for phase in HOST_PHASES)
+
+
 def host_work(engine: Engine, wall: float) -> tuple[float, float]:
-    """The engine's own host work since its last reset_stats (plan + prepare + book,
-    Engine.STEP_PHASES): milliseconds a step, and its share of `wall`."""
+    """The engine's own host work since its last reset_stats: milliseconds a step, and its
+    share of `wall`."""
     stats = engine.stats()
-    host = stats["plan_seconds"] + stats["prepare_seconds"] + stats["book_seconds"]
-    return 1000 * host / max(1, stats["steps"]), host / wall
+    return 1000 * host_seconds(stats) / max(1, stats["steps"]), host_seconds(stats) / wall
 
 
 def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int]], decode: int, device,
@@ -455,8 +460,7 @@ def tree(model, tok, args) -> tuple[list[str], float]:
                      "last, uncomputed token)")
         lines.append(f"{name} work: computed {est['computed_tokens']} tokens, cache hits {est['cache_hit_tokens']}, "
                      f"evicted {est['evicted_tokens']}, preempted {est['preempted']}")
-        shares = [r["stats"]["plan_seconds"] + r["stats"]["prepare_seconds"] + r["stats"]["book_seconds"]
-                  for r in results[name]]
+        shares = [host_seconds(r["stats"]) for r in results[name]]
         lines.append(f"{name} host work (plan + prepare + book): {1000 * statistics.median(shares) / est['steps']:.1f} "
                      f"ms a step over {est['steps']} steps, "
                      f"{statistics.median(h / r['seconds'] for h, r in zip(shares, results[name])):.0%} of the wall")

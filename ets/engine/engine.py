@@ -39,8 +39,10 @@ COUNTERS = ("cache_hit_tokens", "computed_tokens", "generated_tokens", "evicted_
 # Where a step's wall time goes, in `stats()` as `<phase>_seconds`: the scheduler's plan,
 # the runner's metadata for the forward (prepare), the model's own code (on a GPU: mostly
 # launching its kernels), sampling (on a GPU: also the wait for the device) and the
-# scheduler's booking of the results. plan + prepare + book is the engine's own host work.
+# scheduler's booking of the results.
 STEP_PHASES = ("plan", "prepare", "model", "sample", "book")
+# the engine's own host work among them: what no faster kernel shortens
+HOST_PHASES = ("plan", "prepare", "book")
 
 
 class Continuation(NamedTuple):
