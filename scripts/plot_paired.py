@@ -95,7 +95,7 @@ def main() -> None:
     target = parse_target(args.target)
     pairs = [read_pair(p) for p in args.pair]
 
-    from ets.app.report import label_points, pyplot, save_figure
+    from ets.app.report import finish_plot, pyplot
     from ets.config import ConfigError, load_config
 
     try:
@@ -140,14 +140,7 @@ def main() -> None:
     ax.set_xlabel("KV size per problem: how many times less than the base (paper metric)")
     ax.set_ylabel("accuracy minus the base's (points, paired)")
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}x"))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    label_points(ax, labels, fontsize=8)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written = save_figure(fig, out)
-    plt.close(fig)
+    written = finish_plot(fig, ax, labels, args.out)
     print(f"wrote {written[0]} and {written[1].name}: " + "; ".join(
         f"{p['label']} {p['comparison'].difference.points:+.1f} points "
         f"({p['comparison'].difference.low:+.1f} to {p['comparison'].difference.high:+.1f}) at "

@@ -81,8 +81,7 @@ def main() -> None:
     args = ap.parse_args()
     points = [read_point(p) for p in args.point]
 
-    from ets.app.report import (count_formatter, error_bars, label_points, method_colours, plot_title, pyplot,
-                                 save_figure)
+    from ets.app.report import count_formatter, error_bars, finish_plot, method_colours, plot_title, pyplot
     from ets.config import ConfigError, load_config
 
     try:
@@ -117,14 +116,7 @@ def main() -> None:
     ax.set_xlabel("KV size per problem (tokens, paper metric, prompt counted)")
     ax.set_ylabel("accuracy (%)")
     ax.xaxis.set_major_formatter(count_formatter())
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    label_points(ax, labels, fontsize=8)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written = save_figure(fig, out)
-    plt.close(fig)
+    written = finish_plot(fig, ax, labels, args.out)
     print(f"wrote {written[0]} and {written[1].name}: " + "; ".join(
         f"{p['label']} {100 * number(p, 'accuracy'):.1f}% at {number(p, 'kv_size_per_problem'):,.0f}" for p in points))
 

@@ -315,6 +315,20 @@ def save_figure(fig, path: str | Path) -> list[Path]:
     return paths
 
 
+def finish_plot(fig, ax, labels: Sequence[tuple[float, float, str, str]], out: str | Path) -> list[Path]:
+    """A one-axes figure of the plot scripts finished and written: a light grid, the legend
+    where it hides least, the points' `labels` (`label_points`), saved as `out` (PNG and
+    PDF, `save_figure`, its folder made) and closed."""
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    label_points(ax, labels, fontsize=8)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    written = save_figure(fig, out)
+    pyplot().close(fig)
+    return written
+
+
 def pyplot():
     """matplotlib's pyplot, drawing to files (no display needed)."""
     import matplotlib
