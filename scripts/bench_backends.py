@@ -75,7 +75,6 @@ def main() -> None:
     from ets.app.run import run
     from ets.config import load_config
     from ets.data import load_problems
-
     from ets.policy.build import build_policy
 
     widths = [int(w) for w in args.widths.split(",")]

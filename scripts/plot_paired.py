@@ -19,6 +19,7 @@ point at 1.8x less). Written as PNG and PDF.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from pathlib import Path
@@ -35,18 +36,26 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
+@functools.lru_cache(maxsize=None)
+def records(path: str) -> list[list[dict]]:
+    """A results file's or sweep run's records per seed, read once however many pairs name
+    it (a base usually serves several)."""
+    from ets.app.result_runs import load_runs
+
+    return load_runs("compare", (path,), "whose records say whether each answer was right")[0][2]
+
+
 def read_pair(spec: str) -> dict:
     """`LABEL=RUN@BASE` -> its paired comparison (ets/app/paired.py), label and seeds."""
     from ets.app.evaluate import EvalError
     from ets.app.paired import compare_runs
-    from ets.app.result_runs import load_runs
 
     label, sep, where = spec.rpartition("=")  # the last "=": a label may hold one (W=64)
     run, at, base = where.rpartition("@")
     if not sep or not label or not at or not run or not base:
         fail(f"--pair {spec!r}: write it as LABEL=RUN@BASE, e.g. 'ETS W=64=runs/s/ets_w64@runs/s/rebase_w64'")
     try:
-        (_, _, base_runs), (_, _, runs) = load_runs("compare", (base, run), "whose records say whether each answer was right")
+        base_runs, runs = records(base), records(run)
         found = compare_runs((base, base_runs), [(run, runs)])[0]
     except (EvalError, ValueError) as exc:
         fail(f"--pair {spec!r}: {exc}")
