@@ -13,7 +13,7 @@ tree     Several problems searched at once, as the controller does: every round,
 scaling  Decode tokens/s of B sequences (1..512) over a context of `--context` tokens, for
          `--decode` steps: B distinct prompts, and B samples of one prompt (a shared prefix),
          against the model's own floor (one forward of the same batch over a 1-token
-         context, no cache) and a transformers decode loop (DynamicCache, same batch); and
+         context, no cache, on the first engine's linears) and a transformers decode loop (DynamicCache, same batch); and
          the bound a decode of distinct contexts can reach here, the floor's step plus
          streaming every context's K and V once at this machine's rate (a plain sum over
          as many bytes): where that bound is under a third of the floor (a small model's
@@ -33,6 +33,7 @@ graphs   (CUDA only) The model's floor as above, eager against replayed from a C
     python scripts/bench_engine.py --kv-dtype float32,bfloat16   # also an engine storing K/V in bfloat16
     python scripts/bench_engine.py --cascade on,off              # also an engine without the cascade (cascade.py)
     python scripts/bench_engine.py --compile off,on              # also an engine whose forward is compiled (compiled.py)
+    python scripts/bench_engine.py --prepack on,off              # also an engine on torch's own linears (linears.py)
     python scripts/bench_engine.py --suite graphs --model qwen1.5b --device cuda --dtype bfloat16
 
 The last line is `speedup: X.XX` (tree suite, engine / hf, median, the first thread count).
@@ -49,6 +50,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 import zlib  # noqa: E402
@@ -220,7 +222,9 @@ def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int
         return n * (decode + 1) / wall
     if kind == "floor":  # the same batch over a 1-token context: the model's matmuls alone
         ids = torch.tensor([p[-1:] for p in prompts], device=device)
-        with torch.inference_mode():
+        # on the engine's linears (linears.py) when it has its own: the floor is the same arithmetic
+        linears = engine.linears if engine is not None else None
+        with torch.inference_mode(), (linears.routed() if linears is not None else contextlib.nullcontext()):
             sync(device)
             start = time.perf_counter()
             for _ in range(decode + 1):
@@ -305,21 +309,25 @@ def graphs(model, tok, args) -> list[str]:
 class Variant(NamedTuple):
     """One engine measured: how it stores K/V (None: the model's dtype), whether decode
     sequences with siblings read their shared prefix once (the cascade) or plainly, and
-    whether its forward is compiled (`compile`: on, off or auto)."""
+    whether its forward is compiled (`compile`: on, off or auto) and its linears prepacked
+    for oneDNN (`prepack`: on, off or auto)."""
     kv_dtype: str | None
     cascade: bool
     compile: str = "auto"
+    prepack: str = "auto"
 
     def engine(self, model, tok, **kw) -> Engine:
-        return Engine(model, tok, kv_dtype=self.kv_dtype, cascade=self.cascade, compile=self.compile, **kw)
+        return Engine(model, tok, kv_dtype=self.kv_dtype, cascade=self.cascade, compile=self.compile,
+                      prepack=self.prepack, **kw)
 
 
 def variants(args) -> list[Variant]:
     """The engines to measure: every KV dtype asked for, each with every cascade and
-    compile setting."""
+    compile and prepack setting."""
     vs = [None] if not args.kv_dtype else args.kv_dtype.split(",")
     cascades = [c == "on" for c in args.cascade.split(",")]  # checked in main
-    return [Variant(v, c, comp) for v in vs for c in cascades for comp in args.compile.split(",")]
+    return [Variant(v, c, comp, pack) for v in vs for c in cascades for comp in args.compile.split(",")
+            for pack in args.prepack.split(",")]
 
 
 def engine_name(v: Variant, all_variants: list[Variant]) -> str:
@@ -327,7 +335,8 @@ def engine_name(v: Variant, all_variants: list[Variant]) -> str:
     first = all_variants[0]
     tags = ([f"KV {v.kv_dtype}"] if v.kv_dtype != first.kv_dtype else []) + \
            (["no cascade" if not v.cascade else "cascade"] if v.cascade != first.cascade else []) + \
-           ([f"compile {v.compile}"] if v.compile != first.compile else [])
+           ([f"compile {v.compile}"] if v.compile != first.compile else []) + \
+           ([f"prepack {v.prepack}"] if v.prepack != first.prepack else [])
     return "engine" if not tags else f"engine[{', '.join(tags)}]"
 
 
@@ -345,14 +354,14 @@ def scaling(model, tok, args) -> list[str]:
     distinct = [torch.randint(3, vocab, (args.context,), generator=gen).tolist() for _ in range(biggest)]
     kinds = [(kind, v) for v in vs for kind in ("distinct", "shared")]
     # the floor, and what distinct contexts must read per step on top of it (the first engine's K/V)
-    kinds += [("floor", None), ("kvread", vs[0])] + ([("hf", None)] if args.hf_scaling else [])
+    kinds += [("floor", vs[0]), ("kvread", vs[0])] + ([("hf", None)] if args.hf_scaling else [])
     cells: dict[tuple, list[float]] = {}
     host: dict[int, list[tuple[float, float]]] = {}  # the first engine's host work, distinct contexts
     for v, engine in engines.items():  # warm-up (a compiled engine compiles here: its time is printed)
         start = time.perf_counter()
         scaling_cell("engine", model, engine, distinct[:2], 2, args.device)
         print(f"  scaling, {engine_name(v, vs)}: warm-up {time.perf_counter() - start:.1f} s", flush=True)
-    scaling_cell("floor", model, None, distinct[:2], 2, args.device)
+    scaling_cell("floor", model, engines[vs[0]], distinct[:2], 2, args.device)
     for rep in range(args.repeats):
         for b in batches:
             for kind, v in kinds:
@@ -367,7 +376,7 @@ def scaling(model, tok, args) -> list[str]:
                       flush=True)
     for engine in engines.values():
         engine.check()
-    head = {"distinct": "distinct contexts", "shared": "shared prefix", "floor": "model floor (1-token context)",
+    head = {"distinct": "distinct contexts", "shared": "shared prefix", "floor": "model floor (1-token context, the engine's linears)",
             "kvread": "K/V reads alone (distinct contexts' bytes at the stream rate)",
             "hf": "transformers decode (DynamicCache)"}
     names = [f"{engine_name(v, vs)}, {head[k]}" if k in ("distinct", "shared") else head[k] for k, v in kinds]
@@ -383,7 +392,7 @@ def scaling(model, tok, args) -> list[str]:
              "| sequences | " + " | ".join(names + ratios) + " |",
              "|---" * (len(names) + len(ratios) + 1) + "|"]
     for b in batches:
-        floor = statistics.median(cells[("floor", None, b)])
+        floor = statistics.median(cells[("floor", vs[0], b)])
         ratio_cells = [f"{statistics.median(cells[(k, v, b)]) / floor:.2f}" for v in vs for k in ("distinct", "shared")]
         bound = 1 / (1 / floor + 1 / statistics.median(cells[("kvread", vs[0], b)]))
         ratio_cells += [f"{bound / floor:.2f}", f"{statistics.median(cells[('distinct', vs[0], b)]) / bound:.2f}"]
@@ -467,7 +476,8 @@ def tree(model, tok, args) -> tuple[list[str], float]:
         if est["compiled_graphs"]:
             lines.append(f"{name} compiled: {est['compiled_graphs']} graphs over every run, in "
                          f"{est['compile_seconds']:.1f} s (the forwards that compiled them)")
-    for v in [v for v in vs if v.compile != vs[0].compile]:  # compiled against eager (or back), repeat by repeat
+    # compiled against eager, prepacked against torch's linears (or back), repeat by repeat
+    for v in [v for v in vs if (v.compile, v.prepack) != (vs[0].compile, vs[0].prepack)]:
         name, first = engine_name(v, vs), engine_name(vs[0], vs)
         ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(results[name], results[first])]
         lines.append(f"ratio ({name} / {first}), per repeat: median {statistics.median(ratios):.2f} "
@@ -490,6 +500,9 @@ def main() -> None:
     ap.add_argument("--compile", default="auto", help="auto, on, off, or several comma-separated: the "
                     "engine's forward compiled (on), eager (off) or as auto picks on the device; several "
                     "measure one engine each in the same run")
+    ap.add_argument("--prepack", default="auto", help="auto, on, off, or several comma-separated: the "
+                    "engine's linears on oneDNN prepacked weights (on; the CPU), torch's own (off) or as auto "
+                    "picks; several measure one engine each in the same run")
     ap.add_argument("--threads", default="1,2", help="torch threads to measure, comma-separated (CPU)")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats; medians are reported")
     ap.add_argument("--quick", action="store_true", help="a small, fast version of every suite (a smoke run)")
@@ -513,6 +526,8 @@ def main() -> None:
         ap.error(f"--cascade {args.cascade!r}: use on, off or on,off")
     if not set(args.compile.split(",")) <= {"auto", "on", "off"}:
         ap.error(f"--compile {args.compile!r}: use auto, on, off, comma-separated")
+    if not set(args.prepack.split(",")) <= {"auto", "on", "off"}:
+        ap.error(f"--prepack {args.prepack!r}: use auto, on, off, comma-separated")
     suites = args.suite.split(",")
     if not set(suites) <= {"tree", "scaling", "graphs"}:
         ap.error(f"--suite {args.suite!r}: use tree, scaling or graphs, comma-separated")
@@ -523,7 +538,7 @@ def main() -> None:
     model, tok = build_model(args.model, args.device, args.dtype)
     freeze_loaded()  # as `ets run` does once its models are loaded (ets/engine/heap.py)
     report = [f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
-              f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}, cascade {args.cascade}, compile {args.compile}) on {args.device} ({cpu_name()}); "
+              f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}, cascade {args.cascade}, compile {args.compile}, prepack {args.prepack}) on {args.device} ({cpu_name()}); "
               f"torch {torch.__version__}; OMP_WAIT_POLICY="
               f"{os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}; figures from one run (a shared machine: compare ratios only)"]
     first_ratio = float("nan")

@@ -93,6 +93,10 @@ OVERRIDES = [
     (["rounds=sometimes"], "rounds: 'sometimes' is not allowed", "in_flight, whole"),
     (["policy.memory_fraction=2"], "policy.memory_fraction: 2 must be in (0, 1]", ""),
     (["policy.compile=maybe"], "policy.compile:", "auto, on, off"),
+    (["policy.prepack=maybe"], "policy.prepack:", "auto, on, off"),
+    (["policy.prepack=on", "policy.compile=on"], "policy.prepack=on and policy.compile=on", "use policy.prepack=auto or off"),
+    (["policy.prepack=on", "policy.dtype=float16"], "policy.prepack=on: oneDNN prepacked linears run on the cpu",
+     "use policy.prepack=auto or off"),
     # values YAML has that a config does not hold
     (["reward.options.x=!!binary aGk="], "reward.options.x", "tag:yaml.org,2002:binary"),
 ]

@@ -237,6 +237,8 @@ AUTO_DTYPES = {"cuda": "bfloat16", "cpu": "float32", "mps": "float16"}
 CHAT_TEMPLATE_MODES = ("auto", True, False)
 # policy.compile (ets/engine/compiled.py: what auto picks and why)
 COMPILE_MODES = ("auto", "on", "off")
+# policy.prepack (ets/engine/linears.py)
+PREPACK_MODES = ("auto", "on", "off")
 # policy.device: what the models are put on (ets/models/load.py checks this machine has it).
 DEVICE = re.compile(r"(cpu|cuda|mps)(:[0-9]+)?")
 
@@ -273,6 +275,9 @@ class PolicyConfig:
     # engine: the model's forward under torch.compile (on), eager (off), or auto: compiled on
     # cuda, eager on cpu (COMPILE_MODES; YAML's bare on/off read as true/false count too)
     compile: bool | str = "auto"
+    # engine: the linear layers on oneDNN prepacked weights (on; the cpu, a copy of them), torch's
+    # own (off), or auto: on on the cpu for float32/bfloat16 unless compiled (PREPACK_MODES)
+    prepack: bool | str = "auto"
     max_context: int | None = None    # tokens a path may hold (None: the model's max_position_embeddings)
     prompt_overflow: str = "error"    # a prompt that fills the context: error | truncate (keep the end of its question, inside its template)
     # vllm: vLLM's own engine options, passed to `vllm.LLM` (names in VLLM_OPTIONS), e.g.
@@ -322,6 +327,15 @@ class PolicyConfig:
         if isinstance(self.compile, bool):  # `compile: on` in YAML is a bool
             self.compile = "on" if self.compile else "off"
         choice("policy.compile", self.compile, COMPILE_MODES)
+        if isinstance(self.prepack, bool):
+            self.prepack = "on" if self.prepack else "off"
+        choice("policy.prepack", self.prepack, PREPACK_MODES)
+        if self.prepack == "on" and self.compile == "on":
+            raise ConfigError("policy.prepack=on and policy.compile=on: a compiled forward lays out its linears "
+                              "itself; use policy.prepack=auto or off")
+        if self.prepack == "on" and (not self.device.startswith("cpu") or self.dtype not in ("float32", "bfloat16")):
+            raise ConfigError(f"policy.prepack=on: oneDNN prepacked linears run on the cpu for float32 or bfloat16 "
+                              f"weights, not {self.dtype} on {self.device}; use policy.prepack=auto or off")
 
     def inert_keys_note(self) -> str | None:
         """A line for keys this backend reads nothing from, else None. Not an error (as

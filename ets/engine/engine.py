@@ -16,7 +16,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from ets.engine.allocator import SlotAllocator
-from ets.engine import compiled
+from ets.engine import compiled, linears
 from ets.engine.attention import check_supported
 from ets.engine.hidden import unit_rows
 from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, MemoryPlan
@@ -90,7 +90,8 @@ class Engine:
     def __init__(self, model, tokenizer=None, kv_budget_tokens: int | None = None,
                  max_batch_tokens: int | None = None, kv_dtype: str | torch.dtype | None = None,
                  batch_invariant: bool = True, cascade: bool = True, compile: str | bool = "auto",
-                 memory: MemoryPlan | None = None, memory_name: str = "policy", scoring_only: bool = False):
+                 memory: MemoryPlan | None = None, memory_name: str = "policy", scoring_only: bool = False,
+                 prepack: str | bool = "auto"):
         """kv_budget_tokens: the pool, in tokens (None: sized by `memory`, else DEFAULT_KV_TOKENS); max_batch_tokens:
         new tokens per forward, longer prefills are chunked (None: DEFAULT_MAX_BATCH_TOKENS);
         kv_dtype: how K/V are stored (None: the model's dtype; see pool.py);
@@ -102,6 +103,10 @@ class Engine:
         compile: "on": the model's forward runs under torch.compile, attention an opaque op
         (compiled.py); "off": eagerly; "auto": compiled on CUDA, eager on the CPU
         (compiled.enabled says why);
+        prepack: "on": on the CPU the model's linear layers run on a copy of their weights
+        reordered for oneDNN (linears.py: faster, the copy's memory again); "off": as torch
+        runs them; "auto": on where it can be (the CPU, float32 or bfloat16) unless compiled
+        (inductor lays out a compiled forward's linears itself);
         memory: without `kv_budget_tokens`, the pool is sized by this plan (memory.py) from
         the device's free memory when it is first needed, as `memory_name`'s part
         (`scoring_only`: an engine that never decodes keeps no decode buffers)."""
@@ -123,7 +128,13 @@ class Engine:
         # transfer a call); on a GPU the adds themselves run beside the forwards
         self.embed_seconds = 0.0
         self.step_seconds = dict.fromkeys(STEP_PHASES, 0.0)
-        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled.enabled(compile, self.device))
+        compiled_forward = compiled.enabled(compile, self.device)
+        if compiled_forward and prepack in ("on", True):
+            raise ValueError("prepack=on and compile=on: a compiled forward lays out its linears itself; use prepack=auto or off")
+        # before the memory plan measures what is free: the packed copy is the model's memory
+        self.linears = (linears.PackedLinears(model)
+                        if not compiled_forward and linears.enabled(prepack, self.device, self.dtype) else None)
+        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled_forward)
         # In the device's plan: sized by it, when first needed (`__getattr__`), or, with
         # `kv_budget_tokens`, set aside in it and shown in its report
         self.memory, self.memory_claim = memory, None
@@ -148,7 +159,7 @@ class Engine:
         self.pool = KVPool.for_model(self.model.config, tokens, self.kv_dtype, self.device)
         self.allocator = SlotAllocator(tokens, self.device)
         self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade, compiled_forward,
-                                  clock=self.step_seconds)
+                                  clock=self.step_seconds, linears=self.linears)
         self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
         self.scheduler.relieve = self._spill_newest
 
@@ -166,7 +177,7 @@ class Engine:
                         seed: int = 0, kv_dtype: str | torch.dtype | None = None,
                         batch_invariant: bool = True, cascade: bool = True, compile: str | bool = "auto",
                         memory: MemoryPlan | None = None, memory_name: str = "policy",
-                        scoring_only: bool = False) -> "Engine":
+                        scoring_only: bool = False, prepack: str | bool = "auto") -> "Engine":
         """From a path, hub name or `tiny:<arch>` (loaded with its tokenizer), or from a
         built model (then `device`/`dtype` are its own; pass `tokenizer` for stop strings)."""
         if isinstance(path_or_model, str):
@@ -177,7 +188,7 @@ class Engine:
         else:
             model = path_or_model
         return cls(model, tokenizer, kv_budget_tokens, max_batch_tokens, kv_dtype, batch_invariant, cascade,
-                   compile, memory, memory_name, scoring_only)
+                   compile, memory, memory_name, scoring_only, prepack)
 
     # ------------------------------------------------------------- generation
     def generate(self, prompts: list[list[int]], max_new_tokens: int = 64, temperature: float = 1.0,

@@ -21,6 +21,7 @@ from ets.engine.hidden import final_hidden
 from ets.engine.groups import MAX_KEPT_GROUPS, cascade_decode_groups, plain_decode_groups, prefill_groups
 from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
+from ets.engine.linears import PackedLinears
 from ets.engine.invariant import KEY_BLOCK, MIN_ROWS, least_per_product, round_up
 from ets.engine.table import SlotTable
 from ets.engine.workspace import HEADROOM, DecodeGroups, DecodeKV, Workspace
@@ -60,13 +61,16 @@ class Pooling(NamedTuple):
 
 class ModelRunner:
     def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True,
-                 cascade: bool = True, compile: bool = False, clock: dict[str, float] | None = None):
+                 cascade: bool = True, compile: bool = False, clock: dict[str, float] | None = None,
+                 linears: PackedLinears | None = None):
         attention.register()
         # seconds by phase, added to: "prepare" (this forward's metadata) and "model" (the
         # model's own code); the engine's clock (Engine.step_seconds) when given
         self.clock = {"prepare": 0.0, "model": 0.0} if clock is None else clock
         # compile: the model's forward runs compiled (compiled.py), its rows padded as it asks
         self.compiled = compiled.CompiledModel(model, pool.device) if compile else None
+        # the linear layers' oneDNN weights (linears.py), routed to for each forward; None: torch's linears
+        self.linears = linears
         self.cascade = cascade  # False: decode sequences with siblings are attended plainly too
         # the rows a forward is padded to (1: none; then a small batch rounds its own way,
         # ~25% faster at one sequence on the demo policy)
@@ -168,7 +172,8 @@ class ModelRunner:
         batch = attention.PackedBatch(self.pool.k, self.pool.v, slots, groups, self.workspace)
         hooked = pool is not None and self.compiled is None  # compiled, the graph hands them out
         t_model = time.perf_counter()
-        with self._paged_attention(), (final_hidden(self.model) if hooked else contextlib.nullcontext()) as states:
+        with self._paged_attention(), (self.linears.routed() if self.linears is not None else contextlib.nullcontext()), \
+                (final_hidden(self.model) if hooked else contextlib.nullcontext()) as states:
             if self.compiled is not None:
                 out, final = self.compiled.forward(batch, input_ids, position_ids, None if hidden else keep_t,
                                                    states=pool is not None)

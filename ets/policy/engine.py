@@ -85,6 +85,7 @@ class EnginePolicy(PromptsAndSteps):
                 policy.model, kv_budget_tokens=policy.kv_budget_tokens, device=policy.device,
                 dtype=policy.dtype, max_batch_tokens=policy.max_batch_tokens, seed=search.seed,
                 kv_dtype=policy.kv_dtype, memory=plan, compile=policy.compile,
+                prepack=policy.prepack,
             )
         except PoolTooLarge as exc:
             raise ConfigError(f"policy.kv_budget_tokens: {exc}") from None
