@@ -3,6 +3,10 @@ plain transformers (hf), on the same tree workload and the same `ets run`.
 
     python scripts/bench_backends.py [--widths 16,64] [--problems 4] [--backends engine,vllm,hf]
     python scripts/bench_backends.py --config configs/smollm2-135m_tiny-prm.yaml --backends engine,vllm
+    python scripts/bench_backends.py --backends engine,engine:policy.prepack=off,vllm   # a variant too
+
+A backend given as `name:key=value[:key=value...]` runs with those config overrides as well,
+reported under that whole label (its ratios, like every other's, against `engine`).
 
 1. Tree workload: for each of `--problems` questions of the config's data, the root gets W
    children, then every path is extended by one step per round for `--depth` rounds (one
@@ -27,12 +31,14 @@ from pathlib import Path
 DEMO = Path(__file__).resolve().parents[1] / "ets" / "demo" / "demo.yaml"
 
 
-def overrides(backend: str, width: int, problems: int, out: str) -> list[str]:
+def overrides(label: str, width: int, problems: int, out: str) -> list[str]:
+    """The config overrides of backend `label` (`name` or `name:key=value:...`)."""
+    backend, *own = label.split(":")
     extra = ["policy.kv_budget_tokens=131072"]
     if backend == "vllm":
         extra += ["policy.vllm.enforce_eager=false"]
     return [f"policy.backend={backend}", f"width={width}", f"data.limit={problems}", "method=rebase",
-            f"concurrency={problems}", f"output={out}", *extra]
+            f"concurrency={problems}", f"output={out}", *extra, *own]
 
 
 def tree_workload(policy, questions, width: int, depth: int, step_tokens: int) -> dict:
@@ -83,7 +89,7 @@ def main() -> None:
     questions = [p.question for p in load_problems(first.data)[: args.problems]]
     built = {}
     for backend in args.backends.split(","):
-        config = load_config(args.config, overrides(backend, widths[0], args.problems, f"{tmp}/warm_{backend}.jsonl"))
+        config = load_config(args.config, overrides(backend, widths[0], args.problems, f"{tmp}/warm_{len(built)}.jsonl"))
         t0 = time.perf_counter()
         try:
             policy = build_policy(config.policy, config.search)
@@ -103,7 +109,7 @@ def main() -> None:
             policy, reward, load_s = built[backend]
             for width in widths:
                 tree = tree_workload(policy, questions, width, args.depth, args.step_tokens)
-                out = f"{tmp}/{backend}_w{width}_r{rep}.jsonl"
+                out = f"{tmp}/{names.index(backend)}_w{width}_r{rep}.jsonl"
                 summary = run(load_config(args.config, overrides(backend, width, args.problems, out)),
                               show_progress=False, policy=policy, reward=reward)
                 stats, memory = summary.get("policy_stats", {}), summary.get("policy_memory", {})

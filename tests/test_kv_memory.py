@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import ets
 from ets.config import ConfigError
@@ -118,3 +119,21 @@ def test_bad_memory_keys_are_one_clear_error(override, words, capsys, tmp_path):
 def test_vllm_sizes_its_own_memory():
     with pytest.raises(ConfigError, match="gpu_memory_utilization"):
         ets.load_config(TINY, ["policy.backend=vllm", "policy.memory_fraction=0.5"])
+
+
+def test_check_counts_the_prepacked_copy_of_the_weights(smollm2, monkeypatch):
+    """On the CPU the engine prepacks its linears (ets/engine/linears.py), a copy of most of
+    the weights: `--check` forecasts the free memory less the weights twice then."""
+    from ets.app import memory_notes
+    from ets.config import load_config
+
+    monkeypatch.setattr(memory_notes, "free_bytes", lambda device: 8 * GIB)
+    free = {}
+    for prepack in ("on", "off"):
+        config = load_config(TINY, [f"policy.model={smollm2}", "policy.backend=engine", "policy.memory_fraction=0.5",
+                                    f"policy.prepack={prepack}"])
+        [line] = memory_notes.check_memory_notes(config)
+        free[prepack] = float(line.split(" of about ")[1].split(" GiB")[0])
+    weights = memory_notes._weight_bytes(str(smollm2), torch.float32) / GIB
+    assert free["off"] == pytest.approx(8 - weights, abs=0.01)
+    assert free["on"] == pytest.approx(8 - 2 * weights, abs=0.01)

@@ -11,6 +11,7 @@ import torch
 
 from ets.config import ConfigError, RunConfig
 from ets.engine.engine import DEFAULT_KV_TOKENS
+from ets.engine.linears import packs
 from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, free_bytes, plan_for, same_device
 from ets.engine.pool import KVPool, PoolTooLarge, kv_storage_dtype
 from ets.models.load import resolve_dtype
@@ -91,19 +92,21 @@ def _reward_engine(config: RunConfig):
 
 def check_memory_notes(config: RunConfig) -> list[str]:
     """`--check`'s lines on KV memory: each engine's pool, fixed or forecast from the
-    device's free memory now less the models' weights (read from their files)."""
+    device's free memory now less the models' weights (read from their files; twice where
+    the engine prepacks its linears, ets/engine/linears.py)."""
     policy = config.policy
     if policy.backend != "engine":
         return []
+    # the policy's engine with its own settings, a PRM's own engine with the defaults
     models = [("policy", policy.model, policy.device, policy.dtype, policy.kv_dtype, policy.kv_budget_tokens,
-               ENGINE_MEMORY_MULTIPLE)]
+               ENGINE_MEMORY_MULTIPLE, (policy.prepack, policy.compile))]
     reward = _reward_engine(config)
     if reward is not None:  # its device and dtype as step_tag resolves them: its own, else the policy's
         models.append(("reward", config.reward.model or policy.model, reward.device or policy.device,
-                       reward.dtype or policy.dtype, None, reward.kv_budget_tokens, 1))
+                       reward.dtype or policy.dtype, None, reward.kv_budget_tokens, 1, ("auto", "auto")))
     plan = plan_for(policy.device, None, policy.memory_fraction, policy.reward_memory_share)
     fixed, weights = [], 0
-    for name, model, device, dtype, kv_dtype, tokens, multiple in models:
+    for name, model, device, dtype, kv_dtype, tokens, multiple, (prepack, compile) in models:
         cfg = _model_config(model)
         if cfg is None:
             return [f"KV memory: the config of {model!r} cannot be read here; the run summary shows the pools"]
@@ -112,6 +115,9 @@ def check_memory_notes(config: RunConfig) -> list[str]:
         if on_plan:
             plan.claim(name, per_token, multiple, tokens)
             w = _weight_bytes(model, resolve_dtype(dtype))
+            # a prepacked engine keeps a copy of the linear layers' weights, most of a model's
+            if w is not None and packs(prepack, compile, device, resolve_dtype(dtype)):
+                w *= 2
             weights = None if weights is None or w is None else weights + w
         else:
             pool = DEFAULT_KV_TOKENS if tokens is None else tokens

@@ -132,8 +132,7 @@ class Engine:
         if compiled_forward and prepack in ("on", True):
             raise ValueError("prepack=on and compile=on: a compiled forward lays out its linears itself; use prepack=auto or off")
         # before the memory plan measures what is free: the packed copy is the model's memory
-        self.linears = (linears.PackedLinears(model)
-                        if not compiled_forward and linears.enabled(prepack, self.device, self.dtype) else None)
+        self.linears = linears.PackedLinears(model) if linears.packs(prepack, compile, self.device, self.dtype) else None
         self._layout = (batch_invariant, cascade, max_batch_tokens, compiled_forward)
         # In the device's plan: sized by it, when first needed (`__getattr__`), or, with
         # `kv_budget_tokens`, set aside in it and shown in its report

@@ -53,6 +53,14 @@ def enabled(mode: str | bool, device: torch.device, dtype: torch.dtype) -> bool:
     return usable
 
 
+def packs(prepack: str | bool, compile: str | bool, device, dtype: torch.dtype) -> bool:
+    """Whether an engine built with these `prepack` and `compile` settings packs a model of
+    `dtype` on `device` (a compiled forward keeps torch's linears: inductor lays them out)."""
+    from ets.engine import compiled
+
+    return not compiled.enabled(compile, torch.device(device)) and enabled(prepack, torch.device(device), dtype)
+
+
 @functools.cache
 def available() -> bool:
     """Whether this torch has oneDNN's prepacked linear, and it agrees with `nn.Linear`
