@@ -225,23 +225,3 @@ def test_stop_string_is_looked_for_in_the_output_only(model_tok):
     assert checker.finish(prompt + cat, len(prompt)) == "stop"
     short = StopChecker(SamplingParams(max_new_tokens=2), set(), tok)  # counts the output only
     assert [short.finish(tokens[:t], len(prompt)) for t in (len(prompt) + 1, len(prompt) + 2)] == [None, "length"]
-
-
-@pytest.mark.parametrize("vocab", [7, 1024, 1025, 49_152])
-def test_the_blocked_inverse_cdf_picks_what_a_whole_cumsum_picks(vocab):
-    """inverse_cdf sums the cdf in blocks: on random rows (a third of the tokens filtered
-    out), each draw is the token a cumsum over the whole row picks, never a filtered one."""
-    import torch
-
-    from ets.engine.sampling import inverse_cdf
-
-    gen = torch.Generator().manual_seed(vocab)
-    logits = torch.randn(256, vocab, generator=gen) * 4
-    logits[:, ::3] = float("-inf")
-    probs = logits.softmax(-1)
-    u = torch.rand(256, generator=gen, dtype=torch.float64)
-    cdf = probs.double().cumsum(-1)
-    whole = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).clamp_(max=vocab - 1)
-    picked = inverse_cdf(probs, u)
-    assert torch.equal(picked, whole)
-    assert bool((probs.gather(-1, picked) > 0).all())
