@@ -83,6 +83,7 @@ scheduler.postprocess; the scheduler only plans and never sees the model):
     scheduler.py  admission, memory, the step's Plan, postprocess (no model)
     runner.py     one forward of a Plan's chunks
     compiled.py   that forward under torch.compile (compile="on"), attention an opaque op
+    linears.py    the model's linear layers on oneDNN prepacked weights, on the CPU (prepack)
     hidden.py     the final norm's output, read in the forward (step embeddings)
     groups.py     the forward's sequences cut into groups of like shapes, attended apart
     attention.py  paged attention fn       cascade.py    shared-prefix decode attention
@@ -91,7 +92,8 @@ scheduler.postprocess; the scheduler only plans and never sees the model):
     sampling.py   sampling, stop rules (StopStrings, shared with ets/policy/steps.py)
     prefix.py     shared prefixes of a call (and branch-point levels for a scorer)
     engine.py     the public API and the step loop
-    heap.py       freeze_loaded / frozen_loaded: long-lived objects out of the cycle collector's way
+    heap.py       freeze_loaded / frozen_loaded: long-lived objects out of the cycle collector's
+                  way, and the C heap keeping freed memory for the next step (keep_freed_memory)
 
 Tokens of a call that several sequences share are computed once (prefix.py); samples of one
 path decode with cascade attention, reading the path's KV once per step (cascade.py).

@@ -18,8 +18,7 @@ copies, attention's scores. glibc's malloc maps each block over its mmap thresho
 at most) from the kernel anew and unmaps it when freed, so every step pays a page fault
 on each of its pages (a float64 cumsum of [128, 49152]: 25 ms, 3 ms in reused memory).
 `keep_freed_memory` has glibc serve every block from its heap and keep what is freed for
-the next step. Measured on SmolLM2-135M's tree benchmark (W=16, 2 threads, alternate
-processes): 1.18x [1.01-1.29] the tokens/s.
+the next step (docs/results.md has what it bought).
 """
 
 from __future__ import annotations
@@ -38,6 +37,8 @@ _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 TRIM_BYTES = 1 << 30
 # the environment's own malloc settings: where any is set, the user's choice stands
 MALLOC_ENV = ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+# ETS_KEEP_FREED_MEMORY=0: glibc's malloc as it is (e.g. to measure the difference: scripts/bench_threads.py --heaps)
+OPT_OUT = "ETS_KEEP_FREED_MEMORY"
 
 
 def freeze_loaded() -> None:
@@ -56,9 +57,9 @@ def keep_freed_memory() -> bool:
     """Have glibc's malloc serve large blocks from its heap, not fresh mappings, and keep
     freed memory for reuse (returning the heap's top only past TRIM_BYTES free); for the
     rest of the process. Whether it applied: not where the C library is not glibc, nor
-    where the environment sets malloc's parameters itself (MALLOC_ENV). The KV pools are
+    where the environment sets malloc's parameters itself (MALLOC_ENV) or OPT_OUT is 0. The KV pools are
     mappings of their own (pool.anonymous_zeros), untouched by this."""
-    if any(name in os.environ for name in MALLOC_ENV):
+    if any(name in os.environ for name in MALLOC_ENV) or os.environ.get(OPT_OUT) == "0":
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
