@@ -73,3 +73,22 @@ def test_a_compiled_forward_keeps_torchs_linears(model_tok):
     assert Engine(model, tok, kv_budget_tokens=1 << 10, compile="on").linears is None  # auto: inductor's own
     with pytest.raises(ValueError, match="prepack=on and compile=on"):
         Engine(model, tok, kv_budget_tokens=1 << 10, compile="on", prepack="on")
+
+
+def test_a_linear_whose_forward_was_replaced_keeps_it(model_tok):
+    """A hook that replaced a layer's forward on the module (as accelerate's do) stays in
+    place, inside the engine's forwards and after them."""
+    model, _ = model_tok
+    layer = next(m for m in model.modules() if type(m) is torch.nn.Linear)
+    calls = []
+    hooked = layer.forward
+    layer.forward = lambda x: calls.append(1) or hooked(x)
+    mine = layer.forward
+    try:
+        packed = linears.PackedLinears(model)
+        assert layer not in [m for m, _, _ in packed.layers]
+        with torch.inference_mode(), packed.routed():
+            model(input_ids=torch.tensor([random_tokens(5, seed=0)]))
+        assert calls and layer.forward is mine
+    finally:
+        del layer.forward

@@ -86,13 +86,13 @@ def _linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) ->
 
 
 class PackedLinears:
-    """Every `nn.Linear` of `model` (exactly that class: quantized and other linears keep
-    their own forward) with its weight reordered for oneDNN."""
+    """Every `nn.Linear` of `model` with its weight reordered for oneDNN: exactly that
+    class (quantized and other linears keep their own forward), and not one whose forward
+    something already replaced on the module itself (accelerate's hooks do): that stays."""
 
     def __init__(self, model: nn.Module):
         self.layers = [(m, _pack(m.weight), None if m.bias is None else m.bias.detach())
-                       for m in model.modules() if type(m) is nn.Linear]
-        self.bytes = sum(m.weight.numel() * m.weight.element_size() for m, _, _ in self.layers)
+                       for m in model.modules() if type(m) is nn.Linear and "forward" not in vars(m)]
 
     @contextlib.contextmanager
     def routed(self):
