@@ -31,6 +31,8 @@ class RewardContext:
     # the same device sizes its pool in, and policy.memory_fraction for a plan of its own
     memory: Any = None
     memory_fraction: float | None = None
+    # a PRM's own engine's linears (ets/engine/linears.py): off with policy.prepack: off, else auto
+    prepack: str = "auto"
 
 
 def parse_options(cls, options: Mapping[str, Any] | None, reward: str):

@@ -149,7 +149,14 @@ def _context(reward_config: RewardConfig, policy_config: PolicyConfig | None, en
         use_engine=policy.backend == "engine",
         memory=getattr(engine, "memory", None),
         memory_fraction=policy.memory_fraction,
+        prepack=reward_prepack(policy.prepack),
     )
+
+
+def reward_prepack(policy_prepack: str) -> str:
+    """A PRM's own engine's `prepack`: off when the policy's is, else auto (where its own
+    device and dtype allow: a PRM in float16 stays on torch's linears under `on`)."""
+    return "off" if policy_prepack == "off" else "auto"
 
 
 def import_attr(spec: str, name: str) -> Any:

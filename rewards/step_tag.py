@@ -197,7 +197,8 @@ class StepTagPRM(MarkerPRM):
                 try:
                     engine = Engine.from_pretrained(model, kv_budget_tokens=options.kv_budget_tokens,
                                                     tokenizer=tokenizer, max_batch_tokens=options.max_batch_tokens,
-                                                    memory=plan, memory_name="reward", scoring_only=True)
+                                                    memory=plan, memory_name="reward", scoring_only=True,
+                                                    prepack=ctx.prepack)
                     if plan is not None and plan is not ctx.memory:
                         plan.resolve()  # a plan of its own: nothing else joins it
                 except PoolTooLarge as exc:

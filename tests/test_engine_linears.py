@@ -92,3 +92,21 @@ def test_a_linear_whose_forward_was_replaced_keeps_it(model_tok):
         assert calls and layer.forward is mine
     finally:
         del layer.forward
+
+
+@pytest.mark.parametrize("prepack", ["auto", "off"])
+def test_a_runs_prm_engine_follows_the_policys_off(prepack):
+    """`policy.prepack: off` keeps a PRM's own engine on torch's linears too (the demo's
+    config: its records were made on them); otherwise that engine packs where it can."""
+    from ets.api import build_reward
+    from ets.config import load_config
+    from ets.policy.build import build_policy
+    from tests.helpers import TINY
+
+    config = load_config(TINY, ["policy.backend=engine", "reward.options.backend=engine", f"policy.prepack={prepack}"])
+    policy = build_policy(config.policy, config.search)
+    reward = build_reward(config, policy)
+    packed = prepack != "off"
+    assert (policy.engine.linears is not None) == packed
+    assert reward.backend.engine is not policy.engine
+    assert (reward.backend.engine.linears is not None) == packed

@@ -94,16 +94,19 @@ def check_memory_notes(config: RunConfig) -> list[str]:
     """`--check`'s lines on KV memory: each engine's pool, fixed or forecast from the
     device's free memory now less the models' weights (read from their files; twice where
     the engine prepacks its linears, ets/engine/linears.py)."""
+    from ets.rewards.registry import reward_prepack
+
     policy = config.policy
     if policy.backend != "engine":
         return []
-    # the policy's engine with its own settings, a PRM's own engine with the defaults
+    # the policy's engine with its own settings, a PRM's own engine with its own (rewards/registry.py)
     models = [("policy", policy.model, policy.device, policy.dtype, policy.kv_dtype, policy.kv_budget_tokens,
                ENGINE_MEMORY_MULTIPLE, (policy.prepack, policy.compile))]
     reward = _reward_engine(config)
     if reward is not None:  # its device and dtype as step_tag resolves them: its own, else the policy's
         models.append(("reward", config.reward.model or policy.model, reward.device or policy.device,
-                       reward.dtype or policy.dtype, None, reward.kv_budget_tokens, 1, ("auto", "auto")))
+                       reward.dtype or policy.dtype, None, reward.kv_budget_tokens, 1,
+                       (reward_prepack(policy.prepack), "auto")))
     plan = plan_for(policy.device, None, policy.memory_fraction, policy.reward_memory_share)
     fixed, weights = [], 0
     for name, model, device, dtype, kv_dtype, tokens, multiple, (prepack, compile) in models:
