@@ -117,7 +117,7 @@ KEY_DOCS: dict[str, dict[str, str]] = {
                    "0.99x eager on SmolLM2-135M, 1.05x on the tiny demo policy).",
         "prepack": "engine: `on` runs the model's linear layers on a copy of their weights reordered once "
                    "for oneDNN (cpu only; float32 or bfloat16; the copy takes the linear weights' memory again); "
-                   "`off` runs them as torch does; `auto` is `on` on the cpu unless `compile` is on. On "
+                   "`off` runs them as torch does (a PRM's own engine too); `auto` is `on` on the cpu unless `compile` is on. On "
                    "SmolLM2-135M `ets run` ran 1.50x faster with it (REBASE W=4), the tree benchmark 1.16x (W=16).",
         "max_context": "Tokens a path (prompt and steps) may hold; null: the model's `max_position_embeddings`.",
         "prompt_overflow": "A prompt that fills the context: `error` stops the run naming the problem; "
