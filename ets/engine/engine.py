@@ -128,12 +128,9 @@ class Engine:
         # transfer a call); on a GPU the adds themselves run beside the forwards
         self.embed_seconds = 0.0
         self.step_seconds = dict.fromkeys(STEP_PHASES, 0.0)
-        compiled_forward = compiled.enabled(compile, self.device)
-        if compiled_forward and prepack in ("on", True):
-            raise ValueError("prepack=on and compile=on: a compiled forward lays out its linears itself; use prepack=auto or off")
         # before the memory plan measures what is free: the packed copy is the model's memory
         self.linears = linears.PackedLinears(model) if linears.packs(prepack, compile, self.device, self.dtype) else None
-        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled_forward)
+        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled.enabled(compile, self.device))
         # In the device's plan: sized by it, when first needed (`__getattr__`), or, with
         # `kv_budget_tokens`, set aside in it and shown in its report
         self.memory, self.memory_claim = memory, None

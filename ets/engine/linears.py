@@ -55,10 +55,17 @@ def enabled(mode: str | bool, device: torch.device, dtype: torch.dtype) -> bool:
 
 def packs(prepack: str | bool, compile: str | bool, device, dtype: torch.dtype) -> bool:
     """Whether an engine built with these `prepack` and `compile` settings packs a model of
-    `dtype` on `device` (a compiled forward keeps torch's linears: inductor lays them out)."""
+    `dtype` on `device`. A compiled forward keeps torch's linears (inductor lays them out):
+    prepack=on with it raises."""
     from ets.engine import compiled
 
-    return not compiled.enabled(compile, torch.device(device)) and enabled(prepack, torch.device(device), dtype)
+    device = torch.device(device)
+    if compiled.enabled(compile, device):
+        if prepack in ("on", True):
+            raise ValueError("prepack=on and compile=on: a compiled forward lays out its linears itself; "
+                             "use prepack=auto or off")
+        return False
+    return enabled(prepack, device, dtype)
 
 
 @functools.cache
