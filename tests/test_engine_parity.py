@@ -179,14 +179,21 @@ def test_decode_groups_keep_their_buffers_apart(model_tok, monkeypatch, compile_
 
     monkeypatch.setattr(groups, "DECODE_SPLIT_MIN_SCORES", 0)
     seen = []  # per forward and kind: (groups, how many reused their buffers)
-    real = ModelRunner._decode_groups
+    real, real_advance = ModelRunner._decode_groups, ModelRunner._advance
 
     def recording(runner, chunks, shared):
         out = real(runner, chunks, shared)
-        seen.append((len(out), sum(not g.decode.fresh for _, g in out)))
+        seen.append((len(out), sum(not g.decode.fresh for _, g, _ in out)))
         return out
 
+    def advancing(runner, chunks):  # the same groups one token further: every group reuses
+        packed = real_advance(runner, chunks)
+        if packed is not None:
+            seen.append((len(packed.groups), len(packed.groups)))
+        return packed
+
     monkeypatch.setattr(ModelRunner, "_decode_groups", recording)
+    monkeypatch.setattr(ModelRunner, "_advance", advancing)
     model, tok = model_tok
     engine = Engine(model, tok, compile=compile_mode, kv_budget_tokens=4096)
     prompts = [random_tokens(n, seed=30 + n) for n in (5, 8, 120, 150, 11, 140)]
@@ -225,7 +232,7 @@ def test_newcomers_to_plain_decode_gather_only_their_own_contexts(model_tok, mon
         def recording(runner, chunks, shared):
             out = real(runner, chunks, shared)
             if not shared:
-                fresh = [len(g.decode.rows) for _, g in out if g.decode.fresh]
+                fresh = [len(g.decode.rows) for _, g, _ in out if g.decode.fresh]
                 gathered[0] += sum(fresh)
                 mixed[0] += bool(fresh) and len(fresh) < len(out)
             return out

@@ -65,7 +65,7 @@ class DecodeMeta:
     fresh: bool
     per_layer: bool       # buffers kept per layer (else layer 0's, gathered every layer)
     cap: int              # columns of the kept buffers
-    slots: torch.Tensor   # [B, cap] plain decode: the gather index of a rebuild
+    slots: torch.Tensor | None  # [B, cap] plain decode: the gather index (None where nothing gathers)
     cols: torch.Tensor    # [B] column of each new token (plain: its position; cascade: - shared)
     rows: torch.Tensor    # [B] arange
     compact: Compaction | None = None  # reused after some sequences left: compact first
@@ -227,8 +227,9 @@ def _attend_decode(group: AttentionGroup, q: torch.Tensor, new_kv, k_pool, v_poo
     # A layer that skips the cascade (sliding window) keeps no buffers of its own: it
     # gathers the whole context each time (into scratch shared by such layers).
     own = group.cascade is None
-    slots = d.slots if own else group.kv_slots
-    k, v = d.kv.buffers("ctx", d.layer_key(layer) if own else "window", (kv_heads, *slots.shape, dim))
+    slots = d.slots if own else group.kv_slots  # (None when own and nothing gathers)
+    k, v = d.kv.buffers("ctx", d.layer_key(layer) if own else "window",
+                        (kv_heads, n_seq, d.cap if own else slots.shape[1], dim))
     if d.must_gather() or not own:
         take(k_pool, slots, out=k)   # [Hkv, B, cap, D]; the new tokens are in the pool already
         take(v_pool, slots, out=v)

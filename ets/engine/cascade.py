@@ -117,7 +117,7 @@ def build(rows: torch.Tensor, table: torch.Tensor, shared: list[int], cluster_of
     for b in range(len(rows) - 1, -1, -1):
         first[cluster_of[b]], p_len[cluster_of[b]] = b, shared[b]
     p_max = prefix_columns(max(p_len), table.shape[1], key_block)
-    pre_slots = table[rows[torch.tensor(first, device=device)], :p_max]
+    pre_slots = table[:, :p_max].index_select(0, rows[torch.tensor(first, device=device)])
     p_len_t = torch.tensor(p_len, device=device)
     seq_p = p_len_t[torch.tensor(cluster_of, device=device)]
     pre_allowed = torch.arange(p_max, device=device) < seq_p[:, None]

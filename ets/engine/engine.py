@@ -35,7 +35,7 @@ DEFAULT_KV_TOKENS = 65536        # the pool (the whole KV budget) when none is g
 DEFAULT_MAX_BATCH_TOKENS = 8192  # new tokens per forward when none is given
 
 COUNTERS = ("cache_hit_tokens", "computed_tokens", "generated_tokens", "evicted_tokens", "preempted",
-            "peak_kv_tokens", "peak_live_kv_tokens", "spilled_handles", "embedded_steps", "steps")
+            "peak_kv_tokens", "peak_live_kv_tokens", "spilled_handles", "embedded_steps", "steps", "advanced_steps")
 # Where a step's wall time goes, in `stats()` as `<phase>_seconds`: the scheduler's plan,
 # the runner's metadata for the forward (prepare), the model's own code (on a GPU: mostly
 # launching its kernels), sampling (on a GPU: also the wait for the device) and the
@@ -155,7 +155,7 @@ class Engine:
         self.pool = KVPool.for_model(self.model.config, tokens, self.kv_dtype, self.device)
         self.allocator = SlotAllocator(tokens, self.device)
         self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade, compiled_forward,
-                                  clock=self.step_seconds, linears=self.linears)
+                                  clock=self.step_seconds, counters=self.counters, linears=self.linears)
         self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
         self.scheduler.relieve = self._spill_newest
 
@@ -595,7 +595,9 @@ class Engine:
         unlocked LRU cache); locked_kv_tokens = the paths held by live handles;
         peak_live_kv_tokens = the most that had to be resident (locked + running);
         embedded_steps / embed_seconds = step embeddings pooled (expand(embed=True),
-        score_pooled) and the host time their pooling took; steps = forwards, and
+        score_pooled) and the host time their pooling took; steps = forwards (of which
+        advanced_steps moved the last forward's metadata one token on: the same decode
+        sequences, nothing planned per sequence: runner.ModelRunner._advance), and
         <phase>_seconds their wall time by phase (STEP_PHASES); compiled_graphs /
         compile_seconds = the graphs a compiled forward compiled since the engine was built
         and the seconds of the forwards that compiled them (0 when eager)."""

@@ -5,6 +5,11 @@ them, already recorded in the slot table) into `input_ids` / `position_ids` of s
 [1, T], builds the attention metadata once, and runs the model with the paged attention
 function switched on for this call only (the same model object can serve other code,
 e.g. the `transformers` baseline, between calls). It owns no memory decisions.
+
+A decode forward of the same sequences as the last one, each one token further (most of a
+long decode's forwards), plans nothing per sequence: it moves the last forward's
+positions and attention metadata one token on, on the device (`_advance`). Host work
+then grows with what changed, not with the sequences in flight.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import torch
@@ -59,14 +65,57 @@ class Pooling(NamedTuple):
     items: list[tuple[int, int, int, int]]
 
 
+class _Held(NamedTuple):
+    """A decode group as one forward left it: its kept buffers' state, whether its
+    sequences share prefixes (cascade), their slot-table rows and positions [B] (on the
+    device), the longest context (l_max), the columns its buffers needed, and arange(B)."""
+    state: DecodeKV
+    shared: bool
+    rows: torch.Tensor
+    starts: torch.Tensor
+    l_max: int
+    need: int
+    index: torch.Tensor
+
+
+class _Packed(NamedTuple):
+    """One forward's packing: its attention groups and the model's inputs ([1, rows],
+    padded: ModelRunner._rows), each packed token's slot-table row, the kept output rows
+    (`n_keep` of them real), the chunks' packing order (decode chunks first, `n_decode`
+    of them), and where each chunk's outputs start in the output rows and how many."""
+    groups: list[attention.AttentionGroup]
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    table_rows: torch.Tensor
+    keep: torch.Tensor
+    n_keep: int
+    n_tokens: int
+    order: list[int]
+    n_decode: int
+    first: list[int]
+    counts: list[int]
+
+
+@dataclass
+class _Decoded:
+    """The last forward, when it decoded only: its packing, what the next forward's chunks
+    are if they are the same sequences one token further ((uid, start, decode) each, in
+    the call's order), and its decode groups (ModelRunner._advance)."""
+    packed: _Packed
+    expect: list[tuple[int, int, bool]]
+    held: list[_Held]
+
+
 class ModelRunner:
     def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True,
                  cascade: bool = True, compile: bool = False, clock: dict[str, float] | None = None,
-                 linears: PackedLinears | None = None):
+                 counters: dict[str, int] | None = None, linears: PackedLinears | None = None):
         attention.register()
         # seconds by phase, added to: "prepare" (this forward's metadata) and "model" (the
         # model's own code); the engine's clock (Engine.step_seconds) when given
         self.clock = {"prepare": 0.0, "model": 0.0} if clock is None else clock
+        # "advanced_steps" added to: the forwards `_advance` served (the engine's counters when given)
+        self.counters = {"advanced_steps": 0} if counters is None else counters
         # compile: the model's forward runs compiled (compiled.py), its rows padded as it asks
         self.compiled = compiled.CompiledModel(model, pool.device) if compile else None
         # the linear layers' oneDNN weights (linears.py), routed to for each forward; None: torch's linears
@@ -94,6 +143,9 @@ class ModelRunner:
         # kind at most as much memory again as the pool itself (and KEY_BLOCK columns a row: _slack)
         self.decode_kv = {shared: DecodeGroups(len(pool.k), dtype, self.device, limit_bytes=pool.num_bytes, grows=shared)
                           for shared in (False, True)}
+        # the last forward, when it decoded only: the next one, of the same sequences one
+        # token further, moves its packing on (`_advance`)
+        self._last: _Decoded | None = None
 
     @contextlib.contextmanager
     def _paged_attention(self):
@@ -112,22 +164,65 @@ class ModelRunner:
         With `pool`, the final hidden states it names are added to its sums, read off the
         model's final norm in this same forward (one gather and one index_add)."""
         t_start = time.perf_counter()
+        packed = self._advance(chunks) if not hidden else None
+        if packed is None:
+            packed = self._pack(chunks, record=not hidden)
+        # the new tokens' slots, read from the slot table (the scheduler wrote them there)
+        n_tokens, rows = packed.n_tokens, packed.position_ids.shape[1]
+        slots = self.table.rows[packed.table_rows, packed.position_ids[0, :n_tokens]]
+        if rows > n_tokens:  # the padding rows write their K/V to the pool's scratch slot
+            slots = torch.cat([slots, slots.new_full((rows - n_tokens,), self.pool.scratch_slot)])
+        batch = attention.PackedBatch(self.pool.k, self.pool.v, slots, packed.groups, self.workspace)
+        input_ids, position_ids, keep_t, n_keep = packed.input_ids, packed.position_ids, packed.keep, packed.n_keep
+        hooked = pool is not None and self.compiled is None  # compiled, the graph hands them out
+        t_model = time.perf_counter()
+        with self._paged_attention(), (self.linears.routed() if self.linears is not None else contextlib.nullcontext()), \
+                (final_hidden(self.model) if hooked else contextlib.nullcontext()) as states:
+            if self.compiled is not None:
+                out, final = self.compiled.forward(batch, input_ids, position_ids, None if hidden else keep_t,
+                                                   states=pool is not None)
+                out = out[0, keep_t[:n_keep]] if hidden else out[0, :n_keep]
+                states = [final]
+            elif hidden:
+                out = self.model.base_model(
+                    input_ids=input_ids, position_ids=position_ids, use_cache=False, ets_batch=batch
+                ).last_hidden_state[0, keep_t[:n_keep]]
+            else:
+                out = self.model(
+                    input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                    logits_to_keep=keep_t, ets_batch=batch,
+                ).logits[0, :n_keep]
+        t_end = t_pooled = time.perf_counter()
+        self.clock["model"] += t_end - t_model
+        if pool is not None:  # (its time is the embedding's: Engine.embed_seconds)
+            self._pool(states[-1][0], pool, chunks, packed.order, packed.n_decode)
+            t_pooled = time.perf_counter()
+            self._pool_seconds += t_pooled - t_end
+        outputs = Outputs(out, packed.first, packed.counts)
+        self.clock["prepare"] += (t_model - t_start) + (time.perf_counter() - t_pooled)
+        return outputs
+
+    def _pack(self, chunks: list[Chunk], record: bool) -> "_Packed":
+        """This forward's packing and attention metadata, from its chunks. `record`: when it
+        decodes only, keep what the next forward of the same sequences reuses (`_advance`)."""
         # Decode chunks first: those alone on their path (plain attention), then those with
         # siblings (cascade attention, by cluster; plain too when the cascade is off); then
         # prefill chunks, in groups of like lengths (prefill_groups). Each group is contiguous.
         # (Which group a sequence joins depends on its own request only, or changes none of
         # its numbers: invariant.py.)
+        self._last = None
         sizes = Counter(c.cluster for c in chunks if c.decode) if self.cascade else Counter()
         kind = [(1 if sizes[c.cluster] > 1 else 0) if c.decode else 2 for c in chunks]
         order = sorted(range(len(chunks)), key=lambda i: (kind[i], chunks[i].cluster))
         n_plain, n_cascade = kind.count(0), kind.count(1)
         n_decode = n_plain + n_cascade
-        groups = []
+        groups, held = [], []
         for shared, lo, hi in ((False, 0, n_plain), (True, n_plain, n_decode)):
             if hi > lo:  # this kind's decode groups, packed one after another
                 decode = self._decode_groups([chunks[i] for i in order[lo:hi]], shared)
-                order[lo:hi] = [order[lo + k] for part, _ in decode for k in part]
-                groups.extend(group for _, group in decode)
+                order[lo:hi] = [order[lo + k] for part, _, _ in decode for k in part]
+                groups.extend(group for _, group, _ in decode)
+                held.extend(h for _, _, h in decode)
             else:  # a forward without this kind of decode token: its kept buffers go stale
                 self.decode_kv[shared].reset()
         prefill = order[n_decode:]
@@ -165,43 +260,48 @@ class ModelRunner:
         input_ids = torch.tensor([ids], dtype=torch.long, device=dev)
         position_ids = torch.tensor([pos], dtype=torch.long, device=dev)
         keep_t = torch.tensor(keep, dtype=torch.long, device=dev)
-        # the new tokens' slots, read from the slot table (the scheduler wrote them there)
-        slots = self.table.rows[torch.tensor(table_rows, dtype=torch.long, device=dev), position_ids[0, :n_tokens]]
-        if rows > n_tokens:  # the padding rows write their K/V to the pool's scratch slot
-            slots = torch.cat([slots, slots.new_full((rows - n_tokens,), self.pool.scratch_slot)])
-        batch = attention.PackedBatch(self.pool.k, self.pool.v, slots, groups, self.workspace)
-        hooked = pool is not None and self.compiled is None  # compiled, the graph hands them out
-        t_model = time.perf_counter()
-        with self._paged_attention(), (self.linears.routed() if self.linears is not None else contextlib.nullcontext()), \
-                (final_hidden(self.model) if hooked else contextlib.nullcontext()) as states:
-            if self.compiled is not None:
-                out, final = self.compiled.forward(batch, input_ids, position_ids, None if hidden else keep_t,
-                                                   states=pool is not None)
-                out = out[0, keep_t[:n_keep]] if hidden else out[0, :n_keep]
-                states = [final]
-            elif hidden:
-                out = self.model.base_model(
-                    input_ids=input_ids, position_ids=position_ids, use_cache=False, ets_batch=batch
-                ).last_hidden_state[0, keep_t[:n_keep]]
-            else:
-                out = self.model(
-                    input_ids=input_ids, position_ids=position_ids, use_cache=False,
-                    logits_to_keep=keep_t, ets_batch=batch,
-                ).logits[0, :n_keep]
-        t_end = t_pooled = time.perf_counter()
-        self.clock["model"] += t_end - t_model
-        if pool is not None:  # (its time is the embedding's: Engine.embed_seconds)
-            self._pool(states[-1][0], pool, chunks, order, n_decode)
-            t_pooled = time.perf_counter()
-            self._pool_seconds += t_pooled - t_end
+        table_rows_t = torch.tensor(table_rows, dtype=torch.long, device=dev)
         first = [0] * len(chunks)  # chunk i's outputs are rows first[i]..first[i] + len(keep) of `out`
         row = 0
         for i in order:
             first[i] = row
             row += len(chunks[i].keep)
-        outputs = Outputs(out, first, [len(c.keep) for c in chunks])
-        self.clock["prepare"] += (t_model - t_start) + (time.perf_counter() - t_pooled)
-        return outputs
+        packed = _Packed(groups, input_ids, position_ids, table_rows_t, keep_t, n_keep, n_tokens, order, n_decode,
+                         first, [len(c.keep) for c in chunks])
+        if record and n_decode == len(chunks):
+            self._last = _Decoded(packed, [(c.uid, c.start + 1, True) for c in chunks], held)
+        return packed
+
+    def _advance(self, chunks: list[Chunk]) -> "_Packed | None":
+        """The last forward's packing one token further, when this forward is the same
+        decode sequences in the same order, each one position on, and every group's kept
+        buffers have a column left for it (else None: `_pack` works it out afresh). Then
+        the metadata moves on the device (positions, the cascade's own columns and mask)
+        and nothing is planned per sequence: no grouping, sorting or routing, and no
+        table rows or positions copied from the host."""
+        last = self._last
+        if last is None or len(chunks) != len(last.expect) or \
+                [(c.uid, c.start, c.decode) for c in chunks] != last.expect:
+            return None
+        if any(h.need >= h.state.cap for h in last.held):  # a group runs past its columns: rebuild or grow
+            return None
+        prev = last.packed
+        groups = []
+        for k, h in enumerate(last.held):
+            casc = h.state.last_cascade.advance() if h.shared else None
+            h.state.last_cascade = casc
+            h.state.starts = [s + 1 for s in h.state.starts]
+            last.held[k] = h = h._replace(starts=h.starts + 1, l_max=h.l_max + 1, need=h.need + 1)
+            groups.append(self._decode_meta(h, casc, "reuse", None))
+        ids = [chunks[i].token_ids[0] for i in prev.order]
+        rows = prev.position_ids.shape[1]
+        ids += ids[-1:] * (rows - len(ids))
+        packed = prev._replace(groups=groups, input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
+                               position_ids=prev.position_ids + 1)
+        last.packed = packed
+        last.expect = [(u, s + 1, d) for u, s, d in last.expect]
+        self.counters["advanced_steps"] += 1
+        return packed
 
     def _rows(self, rows: int) -> int:
         """The rows a forward of `rows` rows (or kept outputs) is padded to: MIN_ROWS at
@@ -246,11 +346,12 @@ class ModelRunner:
         return cascade.build(rows, self.table.rows, [c.shared for c in chunks], cluster_of, member_of,
                              [c.start + 1 for c in chunks], self.device, cap, KEY_BLOCK, self.min_members)
 
-    def _decode_groups(self, chunks: list[Chunk], shared: bool) -> list[tuple[list[int], attention.AttentionGroup]]:
+    def _decode_groups(self, chunks: list[Chunk], shared: bool) -> list[tuple[list[int], attention.AttentionGroup, "_Held"]]:
         """The decode chunks of one kind (`shared`: clusters of siblings, cascade attention;
         else one sequence per path, plain) in groups (ets/engine/groups.py), each with its
         kept gather buffers (workspace.DecodeKV): (the chunks' indices, in packing order,
-        and the group) per group. `chunks` come sorted by cluster.
+        the group, and what `_advance` moves on from) per group. `chunks` come sorted by
+        cluster.
 
         The buffers are reused while the groups are the last forward's sequences one step
         further, or fewer of them (the leavers' rows compacted away); past a cascade
@@ -291,7 +392,7 @@ class ModelRunner:
         out = []
         for w, mine in live:
             group_mode = "rebuild" if w in fresh else mode
-            out.append((parts[w], self._decode_group(states[w], mine, shared, group_mode, reuse.get(w))))
+            out.append((parts[w], *self._decode_group(states[w], mine, shared, group_mode, reuse.get(w))))
             states[w].commit(*(held.get(w) or self._held(mine, shared)))
         return out
 
@@ -387,34 +488,43 @@ class ModelRunner:
         kind.lay_out(states, "own" if shared else "ctx", own)
 
     def _decode_group(self, state: DecodeKV, chunks: list[Chunk], shared: bool, mode: str,
-                      reuse) -> attention.AttentionGroup:
+                      reuse) -> tuple[attention.AttentionGroup, "_Held"]:
         """One decode group over its kept buffers (`state`), in `mode`: "rebuild" (every
         layer gathers), "grow" (a cascade group gathers its own columns anew) or "reuse"
-        (only the new tokens are written, after compacting `reuse.keep` when some left)."""
+        (only the new tokens are written, after compacting `reuse.keep` when some left);
+        and what the next forward of the same sequences starts from (`_advance`)."""
         dev = self.device
         rows = torch.tensor([c.row for c in chunks], dtype=torch.long, device=dev)
         starts = torch.tensor([c.start for c in chunks], dtype=torch.long, device=dev)
-        l_max = max(c.start + 1 for c in chunks)
         if shared and mode == "reuse" and reuse.keep is None and state.last_cascade is not None:
             # the same sequences, each one token further: only their own lengths moved
             casc = state.last_cascade.advance()
         else:
             casc = self._cascade(chunks, rows, state.cap) if shared else None
         state.last_cascade = casc
-        old_pre_cols = state.pre_cols
-        if casc is None:
-            slots, cols = self.table.rows[rows, :state.cap], starts
-        else:
-            slots, cols = casc.own_slots, casc.own_cols
-            state.pre_cols = casc.pre_slots.shape[1]
         compact = None
         if reuse is not None and reuse.keep is not None:
             compact = attention.Compaction(torch.tensor(reuse.keep, device=dev), reuse.old_rows,
                                            torch.tensor(reuse.keep_clusters or [0], device=dev),
-                                           reuse.old_clusters, old_pre_cols)
-        meta = attention.DecodeMeta(state, mode == "rebuild", state.kept, state.cap, slots, cols,
-                                    torch.arange(len(chunks), device=dev), compact, mode == "grow")
-        return attention.AttentionGroup(self.table.rows[rows, :l_max], starts[:, None], None, len(chunks), casc, meta)
+                                           reuse.old_clusters, state.pre_cols)
+        held = _Held(state, shared, rows, starts, max(c.start + 1 for c in chunks), self._need(chunks, shared),
+                     torch.arange(len(chunks), device=dev))
+        return self._decode_meta(held, casc, mode, compact), held
+
+    def _decode_meta(self, h: "_Held", casc: cascade.CascadeMeta | None, mode: str,
+                     compact: attention.Compaction | None) -> attention.AttentionGroup:
+        """The attention group of decode group `h` (its cascade metadata `casc`), in `mode`."""
+        state = h.state
+        if casc is None:  # (the gather index only serves a gather: a rebuild, or buffers not kept per layer)
+            gathers = mode == "rebuild" or not state.kept
+            slots, cols = self.table.gather(h.rows, state.cap) if gathers else None, h.starts
+        else:
+            slots, cols = casc.own_slots, casc.own_cols
+            state.pre_cols = casc.pre_slots.shape[1]
+        meta = attention.DecodeMeta(state, mode == "rebuild", state.kept, state.cap, slots, cols, h.index, compact,
+                                    mode == "grow")
+        return attention.AttentionGroup(self.table.gather(h.rows, h.l_max), h.starts[:, None], None, h.index.numel(),
+                                        casc, meta)
 
     def _slack(self, rows: int) -> int:
         """Elements per layer the kept buffers may hold beyond the pool's size: each row's
@@ -429,7 +539,7 @@ class ModelRunner:
         l_max = max(c.start + n for c, n in zip(chunks, lens))
         # Keys padded to a multiple of KEY_BLOCK (masked): a query's sums run in the same
         # order whatever the longest sequence beside this one is (see invariant.py)
-        kv_slots = self.table.rows[rows, :min(round_up(l_max, KEY_BLOCK), self.table.rows.shape[1])]
+        kv_slots = self.table.gather(rows, min(round_up(l_max, KEY_BLOCK), self.table.rows.shape[1]))
         # Padded query layout: token i of sequence b sits at b * q_max + i.
         #   packed: [a0 a1 a2 | b0 b1]   ->   padded: [a0 a1 a2 | b0 b1 --]   (q_max = 3)
         q_max = max(2, *lens)  # one query alone is multiplied another way (see invariant.py)

@@ -157,12 +157,15 @@ class Scheduler:
     def _schedule(self) -> Plan:
         plan = self._unbooked = Plan([], [], [])
         wants, budget = [], self.max_batch_tokens
+        decode = True  # all generating, each with its last token to compute (not a prefill cut to one token)
         for seq in self.running:  # oldest first, until the token budget is spent
             if budget <= 0:
                 break
-            n = min(len(seq.tokens) - seq.kv_len, budget)
+            left = len(seq.tokens) - seq.kv_len
+            n = min(left, budget)
             wants.append((seq, n))
             budget -= n
+            decode = decode and left == 1 and seq.params is not None
         sizes = [n for _, n in wants]
         total = sum(sizes)
         if total <= self.allocator.n_free:
@@ -176,8 +179,7 @@ class Scheduler:
             starts = torch.tensor([seq.kv_len for seq, _ in wants], dtype=torch.long, device=dev)
             if total == len(wants):  # one token each (a decode step): at its sequence's start
                 self.table.write_many(rows, starts, slots)
-                # (all generating, each with its last token to compute: not a prefill cut to one token)
-                if all(seq.params is not None and len(seq.tokens) == seq.kv_len + 1 for seq, _ in wants):
+                if decode:
                     self._add_decode_chunks(plan, [seq for seq, _ in wants])
                     return plan
             else:

@@ -1,0 +1,44 @@
+"""A decode forward of the same sequences one token further moves the last forward's
+packing and attention metadata on (runner.ModelRunner._advance) instead of planning it
+afresh: the same tokens, bit for bit, and most forwards of a long decode."""
+
+import pytest
+
+from ets.engine import Engine
+from ets.engine.runner import ModelRunner
+from ets.models.tiny import build_tiny_model
+from tests.helpers import random_tokens
+
+
+@pytest.fixture(scope="module")
+def model_tok():
+    return build_tiny_model("llama", seed=1)
+
+
+def _expand(model, tok, monkeypatch, advance: bool, embed: bool = False):
+    """Paths alone (plain decode) and with siblings (the cascade), short and long (rows
+    past their columns: rebuilds and growths), sampled, some stopping early (their rows
+    compacted away): the continuations and the engine's stats."""
+    with monkeypatch.context() as m:
+        if not advance:
+            m.setattr(ModelRunner, "_advance", lambda runner, chunks: None)
+        engine = Engine(model, tok, kv_budget_tokens=4096)
+        prompts = [random_tokens(n, seed=60 + n) for n in (5, 30, 120, 11, 140)]
+        requests = list(zip(prompts, [1, 1, 3, 4, 2]))
+        outs = engine.expand(requests, max_new_tokens=40, temperature=1.0, seed=3, stop=[7, 11], ignore_eos=True,
+                             embed=embed)
+        engine.check()
+    return outs, engine.stats()
+
+
+@pytest.mark.parametrize("embed", [False, True])
+def test_advanced_forwards_decode_the_same_tokens(model_tok, monkeypatch, embed):
+    model, tok = model_tok
+    planned, planned_stats = _expand(model, tok, monkeypatch, advance=False, embed=embed)
+    advanced, stats = _expand(model, tok, monkeypatch, advance=True, embed=embed)
+    assert [[c.token_ids for c in g] for g in advanced] == [[c.token_ids for c in g] for g in planned]
+    assert {c.finish for g in advanced for c in g} == {"stop", "length"}  # some stopped early
+    if embed:  # pooled from the same forwards' hidden states
+        assert all(a.embedding.equal(p.embedding) for ga, gp in zip(advanced, planned) for a, p in zip(ga, gp))
+    assert planned_stats["advanced_steps"] == 0 and stats["steps"] == planned_stats["steps"]
+    assert stats["advanced_steps"] > stats["steps"] // 2
