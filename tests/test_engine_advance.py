@@ -3,16 +3,26 @@ packing and attention metadata on (runner.ModelRunner._advance) instead of plann
 afresh: the same tokens, bit for bit, and most forwards of a long decode."""
 
 import pytest
+import torch
 
 from ets.engine import Engine
 from ets.engine.runner import ModelRunner
-from ets.models.tiny import build_tiny_model
+from ets.models.tiny import build_tiny_model, build_tokenizer, tiny_config
 from tests.helpers import random_tokens
 
 
-@pytest.fixture(scope="module")
-def model_tok():
-    return build_tiny_model("llama", seed=1)
+@pytest.fixture(scope="module", params=["llama", "sliding window"])
+def model_tok(request):
+    """A tiny Llama; a tiny Mistral whose layers attend the last 8 positions (they gather
+    each context afresh at every step, from the group's slot rows)."""
+    if request.param == "llama":
+        return build_tiny_model("llama", seed=1)
+    from transformers import AutoModelForCausalLM
+
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    config = tiny_config("mistral", vocab_size=len(tok), sliding_window=8, eos_token_id=tok.eos_token_id)
+    return AutoModelForCausalLM.from_config(config).eval(), tok
 
 
 def _expand(model, tok, monkeypatch, advance: bool, embed: bool = False):
