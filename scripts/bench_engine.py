@@ -34,6 +34,7 @@ graphs   (CUDA only) The model's floor as above, eager against replayed from a C
     python scripts/bench_engine.py --cascade on,off              # also an engine without the cascade (cascade.py)
     python scripts/bench_engine.py --compile off,on              # also an engine whose forward is compiled (compiled.py)
     python scripts/bench_engine.py --prepack on,off              # also an engine on torch's own linears (linears.py)
+    python scripts/bench_engine.py --advance on,off              # also an engine that plans every decode forward (runner.py)
     python scripts/bench_engine.py --suite graphs --model qwen1.5b --device cuda --dtype bfloat16
 
 The last line is `speedup: X.XX` (tree suite, engine / hf, median, the first thread count).
@@ -309,25 +310,27 @@ def graphs(model, tok, args) -> list[str]:
 class Variant(NamedTuple):
     """One engine measured: how it stores K/V (None: the model's dtype), whether decode
     sequences with siblings read their shared prefix once (the cascade) or plainly, and
-    whether its forward is compiled (`compile`: on, off or auto) and its linears prepacked
-    for oneDNN (`prepack`: on, off or auto)."""
+    whether its forward is compiled (`compile`: on, off or auto), its linears prepacked
+    for oneDNN (`prepack`: on, off or auto), and a decode forward of the last one's
+    sequences moves its metadata on or is planned afresh (`advance`)."""
     kv_dtype: str | None
     cascade: bool
     compile: str = "auto"
     prepack: str = "auto"
+    advance: bool = True
 
     def engine(self, model, tok, **kw) -> Engine:
         return Engine(model, tok, kv_dtype=self.kv_dtype, cascade=self.cascade, compile=self.compile,
-                      prepack=self.prepack, **kw)
+                      prepack=self.prepack, advance=self.advance, **kw)
 
 
 def variants(args) -> list[Variant]:
-    """The engines to measure: every KV dtype asked for, each with every cascade and
-    compile and prepack setting."""
+    """The engines to measure: every KV dtype asked for, each with every cascade, compile,
+    prepack and advance setting."""
     vs = [None] if not args.kv_dtype else args.kv_dtype.split(",")
     cascades = [c == "on" for c in args.cascade.split(",")]  # checked in main
-    return [Variant(v, c, comp, pack) for v in vs for c in cascades for comp in args.compile.split(",")
-            for pack in args.prepack.split(",")]
+    return [Variant(v, c, comp, pack, adv == "on") for v in vs for c in cascades for comp in args.compile.split(",")
+            for pack in args.prepack.split(",") for adv in args.advance.split(",")]
 
 
 def engine_name(v: Variant, all_variants: list[Variant]) -> str:
@@ -336,7 +339,8 @@ def engine_name(v: Variant, all_variants: list[Variant]) -> str:
     tags = ([f"KV {v.kv_dtype}"] if v.kv_dtype != first.kv_dtype else []) + \
            (["no cascade" if not v.cascade else "cascade"] if v.cascade != first.cascade else []) + \
            ([f"compile {v.compile}"] if v.compile != first.compile else []) + \
-           ([f"prepack {v.prepack}"] if v.prepack != first.prepack else [])
+           ([f"prepack {v.prepack}"] if v.prepack != first.prepack else []) + \
+           ([f"advance {'on' if v.advance else 'off'}"] if v.advance != first.advance else [])
     return "engine" if not tags else f"engine[{', '.join(tags)}]"
 
 
@@ -356,7 +360,7 @@ def scaling(model, tok, args) -> list[str]:
     # the floor, and what distinct contexts must read per step on top of it (the first engine's K/V)
     kinds += [("floor", vs[0]), ("kvread", vs[0])] + ([("hf", None)] if args.hf_scaling else [])
     cells: dict[tuple, list[float]] = {}
-    host: dict[int, list[tuple[float, float]]] = {}  # the first engine's host work, distinct contexts
+    host: dict[tuple, list[tuple[float, float]]] = {}  # each engine's host work, distinct contexts, by (engine, batch)
     for v, engine in engines.items():  # warm-up (a compiled engine compiles here: its time is printed)
         start = time.perf_counter()
         scaling_cell("engine", model, engine, distinct[:2], 2, args.device)
@@ -369,7 +373,7 @@ def scaling(model, tok, args) -> list[str]:
                 how = "engine" if kind in ("distinct", "shared") else kind
                 cells.setdefault((kind, v, b), []).append(
                     scaling_cell(how, model, engines.get(v), prompts, args.decode, args.device,
-                                 host.setdefault(b, []) if (kind, v) == ("distinct", vs[0]) else None))
+                                 host.setdefault((v, b), []) if kind == "distinct" else None))
                 # as it goes: a run stopped at a time limit (scripts/gpu_check.sh) still leaves these
                 name = f"{engine_name(v, vs)} {kind}" if kind in ("distinct", "shared") else kind
                 print(f"  scaling, repeat {rep + 1}, {b} sequences, {name}: {cells[(kind, v, b)][-1]:,.0f} tok/s",
@@ -396,10 +400,19 @@ def scaling(model, tok, args) -> list[str]:
         ratio_cells = [f"{statistics.median(cells[(k, v, b)]) / floor:.2f}" for v in vs for k in ("distinct", "shared")]
         bound = 1 / (1 / floor + 1 / statistics.median(cells[("kvread", vs[0], b)]))
         ratio_cells += [f"{bound / floor:.2f}", f"{statistics.median(cells[('distinct', vs[0], b)]) / bound:.2f}"]
-        ms, share = (statistics.median(x) for x in zip(*host[b]))
+        ms, share = (statistics.median(x) for x in zip(*host[(vs[0], b)]))
         ratio_cells.append(f"{ms:.1f} ({share:.0%})")
         lines.append(f"| {b} | " + " | ".join(summary(cells[(k, v, b)]) for k, v in kinds)
                      + " | " + " | ".join(ratio_cells) + " |")
+    for v in vs[1:]:  # the other engines' host work, and their decode against the first's, repeat by repeat
+        parts = []
+        for b in batches:
+            ms, share = (statistics.median(x) for x in zip(*host[(v, b)]))
+            ratios = [a / f for a, f in zip(cells[("distinct", v, b)], cells[("distinct", vs[0], b)])]
+            parts.append(f"{b}: {ms:.1f} ms ({share:.0%}), {statistics.median(ratios):.2f}x "
+                         f"[{min(ratios):.2f}-{max(ratios):.2f}]")
+        lines.append(f"{engine_name(v, vs)}, distinct contexts: host ms a step (share of the wall), tok/s "
+                     f"against engine's, by sequences: " + "; ".join(parts))
     return lines
 
 
@@ -476,8 +489,8 @@ def tree(model, tok, args) -> tuple[list[str], float]:
         if est["compiled_graphs"]:
             lines.append(f"{name} compiled: {est['compiled_graphs']} graphs over every run, in "
                          f"{est['compile_seconds']:.1f} s (the forwards that compiled them)")
-    # compiled against eager, prepacked against torch's linears (or back), repeat by repeat
-    for v in [v for v in vs if (v.compile, v.prepack) != (vs[0].compile, vs[0].prepack)]:
+    # compiled against eager, prepacked against torch's linears, advancing against planning (or back), repeat by repeat
+    for v in [v for v in vs if (v.compile, v.prepack, v.advance) != (vs[0].compile, vs[0].prepack, vs[0].advance)]:
         name, first = engine_name(v, vs), engine_name(vs[0], vs)
         ratios = [a["tok_s"] / b["tok_s"] for a, b in zip(results[name], results[first])]
         lines.append(f"ratio ({name} / {first}), per repeat: median {statistics.median(ratios):.2f} "
@@ -503,6 +516,9 @@ def main() -> None:
     ap.add_argument("--prepack", default="auto", help="auto, on, off, or several comma-separated: the "
                     "engine's linears on oneDNN prepacked weights (on; the CPU), torch's own (off) or as auto "
                     "picks; several measure one engine each in the same run")
+    ap.add_argument("--advance", default="on", help="on, off or on,off: a decode forward of the same "
+                    "sequences as the last one moves the last one's metadata on (on) or is planned afresh "
+                    "(off); both measure one engine each in the same run (the host work a step differs)")
     ap.add_argument("--threads", default="1,2", help="torch threads to measure, comma-separated (CPU)")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats; medians are reported")
     ap.add_argument("--quick", action="store_true", help="a small, fast version of every suite (a smoke run)")
@@ -528,6 +544,8 @@ def main() -> None:
         ap.error(f"--compile {args.compile!r}: use auto, on, off, comma-separated")
     if not set(args.prepack.split(",")) <= {"auto", "on", "off"}:
         ap.error(f"--prepack {args.prepack!r}: use auto, on, off, comma-separated")
+    if not set(args.advance.split(",")) <= {"on", "off"}:
+        ap.error(f"--advance {args.advance!r}: use on, off or on,off")
     suites = args.suite.split(",")
     if not set(suites) <= {"tree", "scaling", "graphs"}:
         ap.error(f"--suite {args.suite!r}: use tree, scaling or graphs, comma-separated")
@@ -538,7 +556,7 @@ def main() -> None:
     model, tok = build_model(args.model, args.device, args.dtype)
     freeze_loaded()  # as `ets run` does once its models are loaded (ets/engine/heap.py)
     report = [f"model {args.model} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params, "
-              f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}, cascade {args.cascade}, compile {args.compile}, prepack {args.prepack}) on {args.device} ({cpu_name()}); "
+              f"{args.dtype}; engine KV stored as {args.kv_dtype or args.dtype}, cascade {args.cascade}, compile {args.compile}, prepack {args.prepack}, advance {args.advance}) on {args.device} ({cpu_name()}); "
               f"torch {torch.__version__}; OMP_WAIT_POLICY="
               f"{os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}; figures from one run (a shared machine: compare ratios only)"]
     first_ratio = float("nan")

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from ets.engine import Engine
-from ets.engine.runner import ModelRunner
 from ets.models.tiny import build_tiny_model, build_tokenizer, tiny_config
 from tests.helpers import random_tokens
 
@@ -25,27 +24,24 @@ def model_tok(request):
     return AutoModelForCausalLM.from_config(config).eval(), tok
 
 
-def _expand(model, tok, monkeypatch, advance: bool, embed: bool = False):
+def _expand(model, tok, advance: bool, embed: bool = False):
     """Paths alone (plain decode) and with siblings (the cascade), short and long (rows
     past their columns: rebuilds and growths), sampled, some stopping early (their rows
     compacted away): the continuations and the engine's stats."""
-    with monkeypatch.context() as m:
-        if not advance:
-            m.setattr(ModelRunner, "_advance", lambda runner, chunks: None)
-        engine = Engine(model, tok, kv_budget_tokens=4096)
-        prompts = [random_tokens(n, seed=60 + n) for n in (5, 30, 120, 11, 140)]
-        requests = list(zip(prompts, [1, 1, 3, 4, 2]))
-        outs = engine.expand(requests, max_new_tokens=40, temperature=1.0, seed=3, stop=[7, 11], ignore_eos=True,
-                             embed=embed)
-        engine.check()
+    engine = Engine(model, tok, kv_budget_tokens=4096, advance=advance)
+    prompts = [random_tokens(n, seed=60 + n) for n in (5, 30, 120, 11, 140)]
+    requests = list(zip(prompts, [1, 1, 3, 4, 2]))
+    outs = engine.expand(requests, max_new_tokens=40, temperature=1.0, seed=3, stop=[7, 11], ignore_eos=True,
+                         embed=embed)
+    engine.check()
     return outs, engine.stats()
 
 
 @pytest.mark.parametrize("embed", [False, True])
-def test_advanced_forwards_decode_the_same_tokens(model_tok, monkeypatch, embed):
+def test_advanced_forwards_decode_the_same_tokens(model_tok, embed):
     model, tok = model_tok
-    planned, planned_stats = _expand(model, tok, monkeypatch, advance=False, embed=embed)
-    advanced, stats = _expand(model, tok, monkeypatch, advance=True, embed=embed)
+    planned, planned_stats = _expand(model, tok, advance=False, embed=embed)
+    advanced, stats = _expand(model, tok, advance=True, embed=embed)
     assert [[c.token_ids for c in g] for g in advanced] == [[c.token_ids for c in g] for g in planned]
     assert {c.finish for g in advanced for c in g} == {"stop", "length"}  # some stopped early
     if embed:  # pooled from the same forwards' hidden states

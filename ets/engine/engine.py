@@ -91,7 +91,7 @@ class Engine:
                  max_batch_tokens: int | None = None, kv_dtype: str | torch.dtype | None = None,
                  batch_invariant: bool = True, cascade: bool = True, compile: str | bool = "auto",
                  memory: MemoryPlan | None = None, memory_name: str = "policy", scoring_only: bool = False,
-                 prepack: str | bool = "auto"):
+                 prepack: str | bool = "auto", advance: bool = True):
         """kv_budget_tokens: the pool, in tokens (None: sized by `memory`, else DEFAULT_KV_TOKENS); max_batch_tokens:
         new tokens per forward, longer prefills are chunked (None: DEFAULT_MAX_BATCH_TOKENS);
         kv_dtype: how K/V are stored (None: the model's dtype; see pool.py);
@@ -107,6 +107,10 @@ class Engine:
         reordered for oneDNN (linears.py: faster, the copy's memory again); "off": as torch
         runs them; "auto": on where it can be (the CPU, float32 or bfloat16) unless compiled
         (inductor lays out a compiled forward's linears itself);
+        advance: a decode forward of the same sequences as the last one, one token further,
+        moves the last one's metadata on rather than planning it afresh (runner.py; False:
+        every forward is planned, e.g. to measure what advancing saves,
+        `scripts/bench_engine.py --advance on,off`; the tokens are the same either way);
         memory: without `kv_budget_tokens`, the pool is sized by this plan (memory.py) from
         the device's free memory when it is first needed, as `memory_name`'s part
         (`scoring_only`: an engine that never decodes keeps no decode buffers)."""
@@ -130,7 +134,7 @@ class Engine:
         self.step_seconds = dict.fromkeys(STEP_PHASES, 0.0)
         # before the memory plan measures what is free: the packed copy is the model's memory
         self.linears = linears.PackedLinears(model) if linears.packs(prepack, compile, self.device, self.dtype) else None
-        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled.enabled(compile, self.device))
+        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled.enabled(compile, self.device), advance)
         # In the device's plan: sized by it, when first needed (`__getattr__`), or, with
         # `kv_budget_tokens`, set aside in it and shown in its report
         self.memory, self.memory_claim = memory, None
@@ -151,11 +155,12 @@ class Engine:
 
     def _build_pool(self, tokens: int) -> None:
         """The pool of `tokens` and what is shaped by it: allocator, runner, scheduler."""
-        batch_invariant, cascade, max_batch_tokens, compiled_forward = self._layout
+        batch_invariant, cascade, max_batch_tokens, compiled_forward, advance = self._layout
         self.pool = KVPool.for_model(self.model.config, tokens, self.kv_dtype, self.device)
         self.allocator = SlotAllocator(tokens, self.device)
         self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade, compiled_forward,
-                                  clock=self.step_seconds, counters=self.counters, linears=self.linears)
+                                  clock=self.step_seconds, counters=self.counters, linears=self.linears,
+                                  advance=advance)
         self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
         self.scheduler.relieve = self._spill_newest
 

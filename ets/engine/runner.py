@@ -109,7 +109,8 @@ class _Decoded:
 class ModelRunner:
     def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True,
                  cascade: bool = True, compile: bool = False, clock: dict[str, float] | None = None,
-                 counters: dict[str, int] | None = None, linears: PackedLinears | None = None):
+                 counters: dict[str, int] | None = None, linears: PackedLinears | None = None,
+                 advance: bool = True):
         attention.register()
         # seconds by phase, added to: "prepare" (this forward's metadata) and "model" (the
         # model's own code); the engine's clock (Engine.step_seconds) when given
@@ -144,7 +145,8 @@ class ModelRunner:
         self.decode_kv = {shared: DecodeGroups(len(pool.k), dtype, self.device, limit_bytes=pool.num_bytes, grows=shared)
                           for shared in (False, True)}
         # the last forward, when it decoded only: the next one, of the same sequences one
-        # token further, moves its packing on (`_advance`)
+        # token further, moves its packing on (`_advance`; unless `advance` is False)
+        self.advance = advance
         self._last: _Decoded | None = None
 
     @contextlib.contextmanager
@@ -164,9 +166,9 @@ class ModelRunner:
         With `pool`, the final hidden states it names are added to its sums, read off the
         model's final norm in this same forward (one gather and one index_add)."""
         t_start = time.perf_counter()
-        packed = self._advance(chunks) if not hidden else None
+        packed = self._advance(chunks) if not hidden and self.advance else None
         if packed is None:
-            packed = self._pack(chunks, record=not hidden)
+            packed = self._pack(chunks, record=not hidden and self.advance)
         # the new tokens' slots, read from the slot table (the scheduler wrote them there)
         n_tokens, rows = packed.n_tokens, packed.position_ids.shape[1]
         slots = self.table.rows[packed.table_rows, packed.position_ids[0, :n_tokens]]
