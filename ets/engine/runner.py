@@ -509,7 +509,8 @@ class ModelRunner:
             compact = attention.Compaction(torch.tensor(reuse.keep, device=dev), reuse.old_rows,
                                            torch.tensor(reuse.keep_clusters or [0], device=dev),
                                            reuse.old_clusters, state.pre_cols)
-        held = _Held(state, shared, rows, starts, max(c.start + 1 for c in chunks), self._need(chunks, shared),
+        l_max = max(c.start + 1 for c in chunks)  # a plain group's need too: its whole contexts
+        held = _Held(state, shared, rows, starts, l_max, self._need(chunks, True) if shared else l_max,
                      torch.arange(len(chunks), device=dev))
         return self._decode_meta(held, casc, mode, compact), held
 
