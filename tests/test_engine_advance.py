@@ -48,3 +48,28 @@ def test_advanced_forwards_decode_the_same_tokens(model_tok, embed):
         assert all(a.embedding.equal(p.embedding) for ga, gp in zip(advanced, planned) for a, p in zip(ga, gp))
     assert planned_stats["advanced_steps"] == 0 and stats["steps"] == planned_stats["steps"]
     assert stats["advanced_steps"] > stats["steps"] // 2
+
+
+def test_expansions_in_flight_together_decode_the_same_tokens(model_tok):
+    """Submitted expansions under different settings (greedy, sampled, stop strings) share
+    their forwards: a decode run samples and stops each call's rows by its own rule."""
+    model, tok = model_tok
+
+    def decode(advance: bool):
+        engine = Engine(model, tok, kv_budget_tokens=4096, advance=advance)
+        calls = [dict(temperature=0, max_new_tokens=30), dict(temperature=1.0, seed=5, max_new_tokens=40, stop=[7, 11, 13]),
+                 dict(temperature=0.8, top_k=20, seed=6, max_new_tokens=35, stop=["a", "e", " "], embed=True)]
+        tickets = [engine.submit([(random_tokens(n, seed=n), 3)], ignore_eos=True, **kw)
+                   for n, kw in zip((9, 40, 21), calls)]
+        while not all(t.done for t in tickets):
+            engine.step()
+        outs = [engine.collect(t) for t in tickets]
+        engine.check()
+        return outs, engine.stats()
+
+    planned, planned_stats = decode(False)
+    advanced, stats = decode(True)
+    assert [[[c.token_ids for c in g] for g in o] for o in advanced] == [[[c.token_ids for c in g] for g in o] for o in planned]
+    assert all(a.embedding.equal(p.embedding) for a, p in zip(advanced[2][0], planned[2][0]))
+    assert {c.finish for o in advanced for g in o for c in g} >= {"stop", "length"}
+    assert stats["advanced_steps"] > stats["steps"] // 2

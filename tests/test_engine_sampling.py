@@ -225,3 +225,25 @@ def test_stop_string_is_looked_for_in_the_output_only(model_tok):
     assert checker.finish(prompt + cat, len(prompt)) == "stop"
     short = StopChecker(SamplingParams(max_new_tokens=2), set(), tok)  # counts the output only
     assert [short.finish(tokens[:t], len(prompt)) for t in (len(prompt) + 1, len(prompt) + 2)] == [None, "length"]
+
+
+@pytest.mark.parametrize("stop", [dict(), dict(stop_token_ids=frozenset({5, 9})), dict(stop_strings=("at", "\n"))])
+def test_may_finish_flags_every_row_that_finish_ends(model_tok, stop):
+    """A decode run checks stops only on the rows `may_finish` flags (decode_run.py): every
+    row that `finish` would end must be among them, and not every other row (on this
+    byte-level vocabulary, half the tokens could end "at" or are part of a character)."""
+    import random
+
+    import torch
+
+    from ets.engine.sampling import SamplingParams, StopChecker
+
+    tok = model_tok[1]
+    checker = StopChecker(SamplingParams(max_new_tokens=12, **stop), {tok.eos_token_id}, tok)
+    rng = random.Random(1)
+    outputs = [[rng.randrange(len(tok)) for _ in range(rng.randrange(1, 14))] for _ in range(400)]
+    prompt = random_tokens(6, seed=4)
+    ends = [checker.finish(prompt + out, len(prompt)) is not None for out in outputs]
+    flagged = checker.may_finish(torch.tensor([out[-1] for out in outputs]), torch.tensor([len(out) for out in outputs]))
+    assert all(f for f, e in zip(flagged.tolist(), ends) if e) and sum(ends) > 20
+    assert flagged.sum() < len(outputs) * 3 // 4

@@ -17,6 +17,7 @@ import torch
 
 from ets.engine.allocator import SlotAllocator
 from ets.engine import compiled, linears
+from ets.engine.decode_run import DecodeStep
 from ets.engine.attention import check_supported
 from ets.engine.hidden import unit_rows
 from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, MemoryPlan
@@ -161,7 +162,8 @@ class Engine:
         self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade, compiled_forward,
                                   clock=self.step_seconds, counters=self.counters, linears=self.linears,
                                   advance=advance)
-        self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters)
+        self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters,
+                                   runs=advance)
         self.scheduler.relieve = self._spill_newest
 
     def __getattr__(self, name: str):
@@ -457,6 +459,8 @@ class Engine:
     @staticmethod
     def _sample(plan: Plan, outputs: Outputs) -> list[int]:
         """The next token of each chunk in `plan.to_sample`, from its last output (logits)."""
+        if isinstance(plan.chunks, DecodeStep):  # a decode step: what its run keeps, no list a row
+            return plan.chunks.sample(outputs.last(plan.to_sample))
         seqs = [plan.owners[i] for i in plan.to_sample]
         # each draw is read at the new token's position in its sequence
         return sample_rows(outputs.last(plan.to_sample), [s.params for s in seqs],

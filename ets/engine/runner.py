@@ -23,6 +23,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from ets.engine import attention, cascade, compiled
+from ets.engine.decode_run import DecodeRun, DecodeStep
 from ets.engine.hidden import final_hidden
 from ets.engine.groups import MAX_KEPT_GROUPS, cascade_decode_groups, plain_decode_groups, prefill_groups
 from ets.engine.pool import KVPool
@@ -40,8 +41,12 @@ class Outputs(Sequence[torch.Tensor]):
     samples every chunk's last row, and `last` hands those over in one indexed read (or as
     `rows` itself when they are already in that order) instead of a view per sequence."""
 
-    def __init__(self, rows: torch.Tensor, first: list[int], count: list[int]):
+    def __init__(self, rows: torch.Tensor, first: list[int], count: list[int], every_last: bool = False,
+                 last_rows: torch.Tensor | None = None):
         self.rows, self.first, self.count = rows, first, count
+        # every chunk keeps one row (a decode forward): `last_rows` are those rows in the
+        # chunks' order, None when `rows` already are
+        self.every_last, self.last_rows = every_last, last_rows
 
     def __len__(self) -> int:
         return len(self.first)
@@ -51,6 +56,8 @@ class Outputs(Sequence[torch.Tensor]):
 
     def last(self, chunks: Sequence[int]) -> torch.Tensor:
         """[len(chunks), V]: the last output row of each of these chunks, in this order."""
+        if self.every_last and chunks == range(len(self.first)):  # every chunk, in order: no list
+            return self.rows if self.last_rows is None else self.rows.index_select(0, self.last_rows)
         index = [self.first[i] + self.count[i] - 1 for i in chunks]
         if len(index) == self.rows.shape[0] and index == list(range(len(index))):
             return self.rows
@@ -82,7 +89,8 @@ class _Packed(NamedTuple):
     """One forward's packing: its attention groups and the model's inputs ([1, rows],
     padded: ModelRunner._rows), each packed token's slot-table row, the kept output rows
     (`n_keep` of them real), the chunks' packing order (decode chunks first, `n_decode`
-    of them), and where each chunk's outputs start in the output rows and how many."""
+    of them), and where each chunk's outputs start in the output rows and how many; for a
+    decode forward, each chunk's one output row in the chunks' order (None: in order)."""
     groups: list[attention.AttentionGroup]
     input_ids: torch.Tensor
     position_ids: torch.Tensor
@@ -94,16 +102,23 @@ class _Packed(NamedTuple):
     n_decode: int
     first: list[int]
     counts: list[int]
+    last_rows: torch.Tensor | None = None
 
 
 @dataclass
 class _Decoded:
-    """The last forward, when it decoded only: its packing, what the next forward's chunks
-    are if they are the same sequences one token further ((uid, start, decode) each, in
-    the call's order), and its decode groups (ModelRunner._advance)."""
+    """The last forward, when it decoded only: its packing, its decode groups, and how to
+    know that the next forward is the same sequences one token further
+    (ModelRunner._advance): it is the next step of the same decode run (`run`, `step`:
+    decode_run.py), or its chunks are `expect` ((uid, start, decode) each, in the call's
+    order; None: only a step of the run follows it). `ids_index`: the run's rows in
+    packing order, padded (the next input ids, from the run's sampled tokens)."""
     packed: _Packed
-    expect: list[tuple[int, int, bool]]
     held: list[_Held]
+    expect: list[tuple[int, int, bool]] | None
+    run: DecodeRun | None = None
+    step: int = -1
+    ids_index: torch.Tensor | None = None
 
 
 class ModelRunner:
@@ -161,7 +176,7 @@ class ModelRunner:
             config._attn_implementation = previous
 
     @torch.inference_mode()
-    def forward(self, chunks: list[Chunk], hidden: bool = False, pool: Pooling | None = None) -> "Outputs":
+    def forward(self, chunks: Sequence[Chunk], hidden: bool = False, pool: Pooling | None = None) -> "Outputs":
         """Per chunk, the logits (or final hidden states) at its `keep` offsets: [len(keep), V].
         With `pool`, the final hidden states it names are added to its sums, read off the
         model's final norm in this same forward (one gather and one index_add)."""
@@ -200,11 +215,11 @@ class ModelRunner:
             self._pool(states[-1][0], pool, chunks, packed.order, packed.n_decode)
             t_pooled = time.perf_counter()
             self._pool_seconds += t_pooled - t_end
-        outputs = Outputs(out, packed.first, packed.counts)
+        outputs = Outputs(out, packed.first, packed.counts, packed.n_decode == len(packed.order), packed.last_rows)
         self.clock["prepare"] += (t_model - t_start) + (time.perf_counter() - t_pooled)
         return outputs
 
-    def _pack(self, chunks: list[Chunk], record: bool) -> "_Packed":
+    def _pack(self, chunks: Sequence[Chunk], record: bool) -> "_Packed":
         """This forward's packing and attention metadata, from its chunks. `record`: when it
         decodes only, keep what the next forward of the same sequences reuses (`_advance`)."""
         # Decode chunks first: those alone on their path (plain attention), then those with
@@ -213,6 +228,8 @@ class ModelRunner:
         # (Which group a sequence joins depends on its own request only, or changes none of
         # its numbers: invariant.py.)
         self._last = None
+        step = chunks if isinstance(chunks, DecodeStep) else None
+        chunks = list(chunks)  # (a decode run's step makes its chunks when read: once here)
         sizes = Counter(c.cluster for c in chunks if c.decode) if self.cascade else Counter()
         kind = [(1 if sizes[c.cluster] > 1 else 0) if c.decode else 2 for c in chunks]
         order = sorted(range(len(chunks)), key=lambda i: (kind[i], chunks[i].cluster))
@@ -268,13 +285,20 @@ class ModelRunner:
         for i in order:
             first[i] = row
             row += len(chunks[i].keep)
+        last_rows = None
+        if n_decode == len(chunks) and first != list(range(len(first))):
+            last_rows = torch.tensor(first, dtype=torch.long, device=dev)
         packed = _Packed(groups, input_ids, position_ids, table_rows_t, keep_t, n_keep, n_tokens, order, n_decode,
-                         first, [len(c.keep) for c in chunks])
+                         first, [len(c.keep) for c in chunks], last_rows)
         if record and n_decode == len(chunks):
-            self._last = _Decoded(packed, [(c.uid, c.start + 1, True) for c in chunks], held)
+            if step is not None:
+                index = torch.tensor(order + order[-1:] * (rows - n_tokens), dtype=torch.long, device=dev)
+                self._last = _Decoded(packed, held, None, step.run, step.step, index)
+            else:
+                self._last = _Decoded(packed, held, [(c.uid, c.start + 1, True) for c in chunks])
         return packed
 
-    def _advance(self, chunks: list[Chunk]) -> "_Packed | None":
+    def _advance(self, chunks: Sequence[Chunk]) -> "_Packed | None":
         """The last forward's packing one token further, when this forward is the same
         decode sequences in the same order, each one position on, and every group's kept
         buffers have a column left for it (else None: `_pack` works it out afresh). Then
@@ -282,7 +306,12 @@ class ModelRunner:
         and nothing is planned per sequence: no grouping, sorting or routing, and no
         table rows or positions copied from the host."""
         last = self._last
-        if last is None or len(chunks) != len(last.expect) or \
+        step = chunks if isinstance(chunks, DecodeStep) else None
+        if last is None:
+            return None
+        if step is not None and step.follows(last.run, last.step):
+            pass  # the scheduler vouches for each sequence
+        elif last.expect is None or len(chunks) != len(last.expect) or \
                 [(c.uid, c.start, c.decode) for c in chunks] != last.expect:
             return None
         if any(h.need >= h.state.cap for h in last.held):  # a group runs past its columns: rebuild or grow
@@ -292,16 +321,24 @@ class ModelRunner:
         for k, h in enumerate(last.held):
             casc = h.state.last_cascade.advance() if h.shared else None
             h.state.last_cascade = casc
-            h.state.starts = [s + 1 for s in h.state.starts]
+            h.state.advance()
             last.held[k] = h = h._replace(starts=h.starts + 1, l_max=h.l_max + 1, need=h.need + 1)
             groups.append(self._decode_meta(h, casc, "reuse", None))
-        ids = [chunks[i].token_ids[0] for i in prev.order]
-        rows = prev.position_ids.shape[1]
-        ids += ids[-1:] * (rows - len(ids))
-        packed = prev._replace(groups=groups, input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
-                               position_ids=prev.position_ids + 1)
+        sampled = step.input_ids() if step is not None else None
+        if sampled is not None:  # what the run sampled last, on the device
+            last.step = step.step
+            input_ids = sampled.index_select(0, last.ids_index)[None]
+        else:
+            if step is not None:
+                last.step = step.step
+                ids = [step.run.seqs[i].tokens[-1] for i in prev.order]
+            else:
+                ids = [chunks[i].token_ids[0] for i in prev.order]
+                last.expect = [(u, s + 1, d) for u, s, d in last.expect]
+            ids += ids[-1:] * (prev.position_ids.shape[1] - len(ids))
+            input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        packed = prev._replace(groups=groups, input_ids=input_ids, position_ids=prev.position_ids + 1)
         last.packed = packed
-        last.expect = [(u, s + 1, d) for u, s, d in last.expect]
         self.counters["advanced_steps"] += 1
         return packed
 

@@ -86,8 +86,15 @@ def sample(logits: torch.Tensor, params: SamplingParams, seeds: Sequence[int] | 
            positions: Sequence[int] | None) -> list[int]:
     """One token per row of `logits` [B, V]: row b's is drawn at `positions[b]` of the
     stream of `seeds[b]` (both unused when greedy)."""
+    return sample_tensor(logits, params, seeds, positions).tolist()
+
+
+def sample_tensor(logits: torch.Tensor, params: SamplingParams, seeds: Sequence[int] | torch.Tensor | None,
+                  positions: Sequence[int] | torch.Tensor | None) -> torch.Tensor:
+    """`sample` as an int64 tensor [B] on the logits' device (`seeds`, `positions`: lists,
+    or int64 tensors on that device)."""
     if params.greedy:
-        return logits.argmax(dim=-1).tolist()
+        return logits.argmax(dim=-1)
     logits = logits.float()
     if params.temperature != 1.0:  # x / 1.0 is x: skipping it changes no bit
         logits = logits / params.temperature
@@ -103,7 +110,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, seeds: Sequence[int] | 
         logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)
     probs = logits.softmax(dim=-1)
     dev = logits.device
-    u = uniforms(torch.tensor(seeds, dtype=torch.long, device=dev), torch.tensor(positions, dtype=torch.long, device=dev))
+    u = uniforms(torch.as_tensor(seeds, dtype=torch.long, device=dev), torch.as_tensor(positions, dtype=torch.long, device=dev))
     cdf = probs.double().cumsum(dim=-1)
     # The first token whose cdf exceeds u * total: a token of probability 0 (filtered out)
     # has the cdf of the one before it, so it is never the first to exceed it.
@@ -114,7 +121,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, seeds: Sequence[int] | 
     dropped = probs.gather(-1, picked) == 0
     if bool(dropped.any()):
         picked = torch.where(dropped, probs.argmax(dim=-1, keepdim=True), picked)
-    return picked.squeeze(-1).tolist()
+    return picked.squeeze(-1)
 
 
 def sample_rows(logits: torch.Tensor, params: Sequence[SamplingParams],
@@ -182,6 +189,32 @@ class StopChecker:
         if params.stop_strings and tokenizer is None:
             raise ValueError("stop strings need a tokenizer: pass tokenizer= to Engine.from_pretrained")
         self.strings = StopStrings(tokenizer, params.stop_strings) if params.stop_strings else None
+        self._tensors: dict[torch.device, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
+
+    def may_finish(self, tokens: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        """[B] bool, on the tokens' device: the rows that `finish` might end, given each
+        one's newest token and how many new tokens its output holds with it (every row
+        it ends, and also some a stop string's last character only might end). For a
+        batch of rows, so that `finish` runs on those rows alone."""
+        ids, flags = self._tensors_on(tokens.device)
+        mask = new >= self.params.max_new_tokens
+        if ids is not None:
+            mask |= torch.isin(tokens, ids)
+        if flags is not None:  # (a token past the flags' end is decoded: StopStrings.found)
+            mask |= tokens >= flags.numel()
+            if flags.numel():
+                mask |= flags[tokens.clamp(max=flags.numel() - 1)]
+        return mask
+
+    def _tensors_on(self, device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The stop and EOS ids, and the stop strings' token flags, as tensors on `device`
+        (None: there are none)."""
+        if device not in self._tensors:
+            ids = sorted(self.eos_ids | self.stop_ids)
+            flags = self.strings.flags if self.strings is not None else None
+            self._tensors[device] = (torch.tensor(ids, dtype=torch.long, device=device) if ids else None,
+                                     None if flags is None else torch.tensor(flags, dtype=torch.bool, device=device))
+        return self._tensors[device]
 
     def finish(self, tokens: list[int], start: int = 0) -> str | None:
         """Why the output `tokens[start:]` ends here, after its newest token (None: it goes on).

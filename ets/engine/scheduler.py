@@ -35,6 +35,7 @@ from typing import Callable, MutableMapping, NamedTuple, Sequence
 import torch
 
 from ets.engine.allocator import SlotAllocator
+from ets.engine.decode_run import DecodeRun, DecodeStep
 from ets.engine.radix import RadixNode, RadixTree
 from ets.engine.sequence import Chunk, Seq
 from ets.engine.table import SlotTable
@@ -49,17 +50,21 @@ class Plan(NamedTuple):
     sequence appears at most once); `to_sample` are the indices of the chunks that end
     their sequence's tokens, so their last output is sampled. Empty: nothing to run this
     step (admission finished everything, or locks were spilled): ask again."""
-    chunks: list[Chunk]
+    chunks: Sequence[Chunk]   # a list, or a decode run's step (decode_run.DecodeStep)
     owners: list[Seq]
-    to_sample: list[int]
+    to_sample: Sequence[int]
 
 
 class Scheduler:
     def __init__(self, allocator: SlotAllocator, tree: RadixTree, table: SlotTable,
-                 max_batch_tokens: int, counters: MutableMapping[str, int]):
+                 max_batch_tokens: int, counters: MutableMapping[str, int], runs: bool = True):
         self.allocator, self.tree, self.table = allocator, tree, table
         self.max_batch_tokens = max_batch_tokens
         self.counters = counters
+        # The decode steps since the running sequences last changed (decode_run.py; None:
+        # the next step is planned sequence by sequence). `runs` False: never kept.
+        self.runs = runs
+        self._run: DecodeRun | None = None
         # Eviction frees at least this much: each evict() heaps the tree's unlocked leaves
         # (its LRU index, not the whole tree), and once the pool is full every decoding
         # sequence asks for one slot a step: evicting one slot at a time would heap per token.
@@ -104,6 +109,20 @@ class Scheduler:
         """Book a step's results: `outputs[i]` are chunk i's outputs at its `keep` offsets,
         `tokens[k]` the token sampled for chunk `plan.to_sample[k]`."""
         assert len(outputs) == len(plan.chunks) and len(tokens) == len(plan.to_sample)
+        self._unbooked = None  # booked: an abort from here on must not free the plan's slots again
+        if isinstance(plan.chunks, DecodeStep):  # one generated token each; stop checks where they may end
+            self.counters["computed_tokens"] += len(tokens)
+            self.counters["generated_tokens"] += len(tokens)
+            for seq, tok in zip(plan.owners, tokens):
+                seq.kv_len += 1
+                seq.tokens.append(tok)
+            ending = plan.chunks.ending
+            for i in range(len(tokens)) if ending is None else ending:
+                seq = plan.owners[i]
+                seq.finish = seq.stopper.finish(seq.tokens, seq.n_prompt)
+                if seq.finish is not None:
+                    self._finish(seq)  # (which ends the run)
+            return
         computed = 0
         for seq, chunk in zip(plan.owners, plan.chunks):
             n = len(chunk.token_ids)
@@ -111,7 +130,6 @@ class Scheduler:
             computed += n
         self.counters["computed_tokens"] += computed
         self.counters["generated_tokens"] += len(tokens)
-        self._unbooked = None  # booked: an abort from here on must not free the plan's slots again
         for i, seq in enumerate(plan.owners):
             if seq.params is None:  # (not the `scoring` property: this runs per sequence per step)
                 seq.outputs.append(outputs[i])
@@ -150,11 +168,21 @@ class Scheduler:
             seq.outputs = []
             self.counters["cache_hit_tokens"] += slots.numel()
             self.running.append(seq)
+            self._run = None
             if seq.kv_len == len(seq.tokens):  # prefill-only and fully cached: done
                 self._finish(seq)
 
     # ------------------------------------------------------------ scheduling
     def _schedule(self) -> Plan:
+        run = self._run
+        if run is not None and len(run.seqs) <= min(self.max_batch_tokens, self.allocator.n_free):
+            # The last step's sequences, each one token on: one allocation and one table
+            # write, no pass over them (and no eviction or preemption needed)
+            step = run.next_step()
+            self.table.write_many(run.rows, run.starts, self._take(len(run.seqs)))
+            plan = self._unbooked = Plan(step, run.seqs, range(len(run.seqs)))
+            return plan
+        self._run = None
         plan = self._unbooked = Plan([], [], [])
         wants, budget = [], self.max_batch_tokens
         decode = True  # all generating, each with its last token to compute (not a prefill cut to one token)
@@ -180,7 +208,11 @@ class Scheduler:
             if total == len(wants):  # one token each (a decode step): at its sequence's start
                 self.table.write_many(rows, starts, slots)
                 if decode:
-                    self._add_decode_chunks(plan, [seq for seq, _ in wants])
+                    seqs = [seq for seq, _ in wants]
+                    run = DecodeRun(seqs, rows, starts)
+                    if self.runs and len(seqs) == len(self.running):  # all of them: the next steps may follow
+                        self._run = run
+                    plan = self._unbooked = Plan(DecodeStep(run), seqs, range(len(seqs)))
                     return plan
             else:
                 ns = torch.tensor(sizes, dtype=torch.long, device=dev)
@@ -204,17 +236,6 @@ class Scheduler:
             budget -= own.numel()
             i += 1
         return plan
-
-    @staticmethod
-    def _add_decode_chunks(plan: Plan, seqs: list[Seq]) -> None:
-        """`_add_chunk(plan, seq, 1)` for each of `seqs`, all generating and each with only
-        its last (sampled) token to compute, in one pass (a decode step of a few hundred
-        sequences)."""
-        first = len(plan.chunks)
-        plan.chunks.extend(Chunk(s.row, s.kv_len, s.tokens[-1:], [0], s.cluster, s.n_prompt - 1, s.uid, True)
-                           for s in seqs)
-        plan.owners.extend(seqs)
-        plan.to_sample.extend(range(first, first + len(seqs)))
 
     @staticmethod
     def _add_chunk(plan: Plan, seq: Seq, n: int) -> None:
@@ -294,6 +315,7 @@ class Scheduler:
         self.tree.unlock(node)
         self.table.release(seq.row)
         self.running.remove(seq)
+        self._run = None
         seq.row, seq.prefix_node = -1, None
         return node
 
@@ -310,6 +332,7 @@ class Scheduler:
             self.table.release(seq.row)
             seq.row, seq.prefix_node = -1, None
         self.running.clear()
+        self._run = None
         self.waiting.clear()
         self._finished.clear()
 

@@ -118,7 +118,8 @@ class DecodeKV:
         self.ws = ws
         self.grows = grows
         self.uids: tuple[int, ...] | None = None
-        self.starts: list[int] = []
+        self._starts: list[int] = []
+        self._moved = 0  # steps `advance`d since `commit`
         self.mode: object = None
         self.clusters: tuple[int, ...] = ()
         self.cap = 0
@@ -158,7 +159,18 @@ class DecodeKV:
 
     def commit(self, uids: tuple[int, ...], starts: list[int], mode: object, clusters: tuple[int, ...] = ()) -> None:
         """The buffers hold these sequences now, at these positions."""
-        self.uids, self.starts, self.mode, self.clusters = uids, starts, mode, clusters
+        self.uids, self._starts, self._moved, self.mode, self.clusters = uids, starts, 0, mode, clusters
+
+    def advance(self) -> None:
+        """The same sequences hold one more position each (counted, not written per sequence)."""
+        self._moved += 1
+
+    @property
+    def starts(self) -> list[int]:
+        """The positions of the sequences the buffers hold, as of the last forward."""
+        if self._moved:
+            self._starts, self._moved = [s + self._moved for s in self._starts], 0
+        return self._starts
 
     def compact(self, name: str, layer, old_shape: tuple[int, ...], new_shape: tuple[int, ...],
                 keep: torch.Tensor) -> None:
