@@ -21,6 +21,7 @@ from typing import NamedTuple, Sequence
 
 import torch
 
+from ets.engine.hidden import Pooling
 from ets.engine.sampling import StopChecker, sample_tensor
 from ets.engine.sequence import Chunk, Seq
 
@@ -49,6 +50,9 @@ class DecodeRun:
         by_stopper: dict[int, list[int]] = {}
         for i, s in enumerate(seqs):
             by_stopper.setdefault(id(s.stopper), []).append(i)
+        # the sequences that pool their steps' hidden states (Seq.pool_from), and their rows of the sums
+        self.pool_rows = [i for i, s in enumerate(seqs) if s.pool_slot >= 0]
+        self._pool_index: tuple[torch.Tensor, torch.Tensor] | None = None
         self.groups = []
         for rows_of in by_stopper.values():
             first = seqs[rows_of[0]]
@@ -56,6 +60,22 @@ class DecodeRun:
             seeds = None if first.params.greedy else \
                 torch.tensor([seqs[i].seed for i in rows_of], dtype=torch.long, device=dev)
             self.groups.append(RowGroup(first.stopper, index, seeds))
+
+    def pooling(self, sums: torch.Tensor) -> Pooling | None:
+        """What a step adds to the pooling sequences' sums, booked as pooled: each one's new
+        token (a generating sequence pools from its prompt's last token on, so a decode
+        step's one token is always its next to pool: Seq.pool_range)."""
+        if not self.pool_rows:
+            return None
+        for i in self.pool_rows:
+            seq = self.seqs[i]
+            seq.pooled_upto = seq.kv_len + 1
+            seq.pooled_count += 1
+        if self._pool_index is None:
+            dev = self.starts.device
+            self._pool_index = (torch.tensor(self.pool_rows, dtype=torch.long, device=dev),
+                                torch.tensor([self.seqs[i].pool_slot for i in self.pool_rows], dtype=torch.long, device=dev))
+        return Pooling(sums, [], *self._pool_index)
 
     def next_step(self) -> "DecodeStep":
         """The run's next step: every position one further."""

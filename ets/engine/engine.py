@@ -19,12 +19,12 @@ from ets.engine.allocator import SlotAllocator
 from ets.engine import compiled, linears
 from ets.engine.decode_run import DecodeStep
 from ets.engine.attention import check_supported
-from ets.engine.hidden import unit_rows
+from ets.engine.hidden import Pooling, unit_rows
 from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, MemoryPlan
 from ets.engine.pool import KVPool, kv_storage_dtype
 from ets.engine.prefix import shared_prefixes
 from ets.engine.radix import RadixNode, RadixTree
-from ets.engine.runner import ModelRunner, Outputs, Pooling
+from ets.engine.runner import ModelRunner, Outputs
 from ets.engine.sampling import SamplingParams, StopChecker, sample_rows
 from ets.engine.scheduler import Plan, Scheduler
 from ets.engine.sequence import Seq
@@ -445,6 +445,8 @@ class Engine:
     def _pooling(plan: Plan, sums: torch.Tensor) -> Pooling | None:
         """What this step's forward adds to the pooling sequences' sums: each one's
         positions not pooled yet (Seq.pool_range), booked as pooled here."""
+        if isinstance(plan.chunks, DecodeStep):
+            return plan.chunks.run.pooling(sums)
         items = []
         for i, (seq, chunk) in enumerate(zip(plan.owners, plan.chunks)):
             if seq.pool_slot < 0:

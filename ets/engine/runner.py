@@ -24,7 +24,7 @@ import torch
 
 from ets.engine import attention, cascade, compiled
 from ets.engine.decode_run import DecodeRun, DecodeStep
-from ets.engine.hidden import final_hidden
+from ets.engine.hidden import Pooling, final_hidden
 from ets.engine.groups import MAX_KEPT_GROUPS, cascade_decode_groups, plain_decode_groups, prefill_groups
 from ets.engine.pool import KVPool
 from ets.engine.sequence import Chunk
@@ -62,14 +62,6 @@ class Outputs(Sequence[torch.Tensor]):
         if len(index) == self.rows.shape[0] and index == list(range(len(index))):
             return self.rows
         return self.rows.index_select(0, torch.tensor(index, dtype=torch.long, device=self.rows.device))
-
-
-class Pooling(NamedTuple):
-    """Hidden states a forward adds to running sums (step embeddings, ets/engine/hidden.py):
-    for each (chunk, lo, hi, slot) of `items`, the final hidden states of the chunk's
-    tokens lo..hi-1 (offsets in the chunk) are added to row `slot` of `sums`."""
-    sums: torch.Tensor                        # [slots, hidden], float32, on the model's device
-    items: list[tuple[int, int, int, int]]
 
 
 class _Held(NamedTuple):
@@ -212,7 +204,7 @@ class ModelRunner:
         t_end = t_pooled = time.perf_counter()
         self.clock["model"] += t_end - t_model
         if pool is not None:  # (its time is the embedding's: Engine.embed_seconds)
-            self._pool(states[-1][0], pool, chunks, packed.order, packed.n_decode)
+            self._pool(states[-1][0], pool, chunks, packed)
             t_pooled = time.perf_counter()
             self._pool_seconds += t_pooled - t_end
         outputs = Outputs(out, packed.first, packed.counts, packed.n_decode == len(packed.order), packed.last_rows)
@@ -353,11 +345,15 @@ class ModelRunner:
         seconds, self._pool_seconds = self._pool_seconds, 0.0
         return seconds
 
-    def _pool(self, states: torch.Tensor, pool: Pooling, chunks: list[Chunk], order: list[int],
-              n_decode: int) -> None:
+    def _pool(self, states: torch.Tensor, pool: Pooling, chunks: Sequence[Chunk], packed: _Packed) -> None:
         """Add the rows of `states` ([T, hidden], the forward's packed tokens) that `pool`
         names to its sums. (A decode step adds one row a sequence; where a chunk adds
         several to one sum, a GPU adds them in any order, which moves the sum's last bits.)"""
+        if pool.chunks is not None:  # a decode forward: chunk i's one token is row first[i]
+            rows_t = pool.chunks if packed.last_rows is None else packed.last_rows.index_select(0, pool.chunks)
+            pool.sums.index_add_(0, pool.slots, states.index_select(0, rows_t).to(pool.sums.dtype))
+            return
+        order, n_decode = packed.order, packed.n_decode
         start = [0] * len(order)  # each chunk's first row, by its index in the call: packed in
         row = 0                   # `order`, a decode chunk one token, a prefill chunk all of its
         for k, i in enumerate(order):
