@@ -36,7 +36,7 @@ graphs   (CUDA only) The model's floor as above, eager against replayed from a C
     python scripts/bench_engine.py --cascade on,off              # also an engine without the cascade (cascade.py)
     python scripts/bench_engine.py --compile off,on              # also an engine whose forward is compiled (compiled.py)
     python scripts/bench_engine.py --prepack on,off              # also an engine on torch's own linears (linears.py)
-    python scripts/bench_engine.py --advance on,off              # also an engine that plans every decode forward (runner.py)
+    python scripts/bench_engine.py --advance on,off              # also an engine that plans every decode step (decode_run.py)
     python scripts/bench_engine.py --suite graphs --model qwen1.5b --device cuda --dtype bfloat16
 
 The last line is `speedup: X.XX` (tree suite, engine / hf, median, the first thread count).
@@ -518,9 +518,9 @@ def main() -> None:
     ap.add_argument("--prepack", default="auto", help="auto, on, off, or several comma-separated: the "
                     "engine's linears on oneDNN prepacked weights (on; the CPU), torch's own (off) or as auto "
                     "picks; several measure one engine each in the same run")
-    ap.add_argument("--advance", default="on", help="on, off or on,off: a decode forward of the same "
-                    "sequences as the last one moves the last one's metadata on (on) or is planned afresh "
-                    "(off); both measure one engine each in the same run (the host work a step differs)")
+    ap.add_argument("--advance", default="on", help="on, off or on,off: decode steps of the same "
+                    "sequences run as a decode run, moving the last step's metadata on (on), or are planned "
+                    "afresh (off); both measure one engine each in the same run (the host work a step differs)")
     ap.add_argument("--threads", default="1,2", help="torch threads to measure, comma-separated (CPU)")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats; medians are reported")
     ap.add_argument("--quick", action="store_true", help="a small, fast version of every suite (a smoke run)")

@@ -108,9 +108,10 @@ class Engine:
         reordered for oneDNN (linears.py: faster, the copy's memory again); "off": as torch
         runs them; "auto": on where it can be (the CPU, float32 or bfloat16) unless compiled
         (inductor lays out a compiled forward's linears itself);
-        advance: a decode forward of the same sequences as the last one, one token further,
-        moves the last one's metadata on rather than planning it afresh (runner.py; False:
-        every forward is planned, e.g. to measure what advancing saves,
+        advance: decode steps of the same sequences, one token further each time, run as a
+        decode run (decode_run.py: planned, sampled and booked without a pass over the
+        sequences) and move the last forward's metadata on (runner.py) rather than being
+        planned afresh (False: every step is planned, e.g. to measure what that saves,
         `scripts/bench_engine.py --advance on,off`; the tokens are the same either way);
         memory: without `kv_budget_tokens`, the pool is sized by this plan (memory.py) from
         the device's free memory when it is first needed, as `memory_name`'s part

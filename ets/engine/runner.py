@@ -8,8 +8,10 @@ e.g. the `transformers` baseline, between calls). It owns no memory decisions.
 
 A decode forward of the same sequences as the last one, each one token further (most of a
 long decode's forwards), plans nothing per sequence: it moves the last forward's
-positions and attention metadata one token on, on the device (`_advance`). Host work
-then grows with what changed, not with the sequences in flight.
+positions and attention metadata one token on, on the device (`_advance`). A step of a
+decode run (decode_run.py) is known to be one by the scheduler's word, and its input ids
+are the tokens the run sampled last, on the device. Host work then grows with what
+changed, not with the sequences in flight.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ It only plans and books; the engine runs the model and samples (ets/engine/engin
 1. admit waiting sequences: match their longest cached prefix and lock it; admission stops
    while the pool (free + evictable) could not hold the newcomer's uncached tokens plus
    one token per running sequence;
-2. schedule chunks, oldest sequence first, up to `max_batch_tokens` new tokens: a decode
+2. schedule chunks, oldest sequence first, up to `max_batch_tokens` new tokens (a step of
+   the same decoding sequences as the last, none admitted or ended since, is the next
+   step of their decode run, planned without a pass over them: decode_run.py): a decode
    sequence gets 1 token, a prefilling one the rest of its uncomputed tokens (or what the
    budget leaves). Slots come from the allocator (and go into the sequence's slot-table
    row, which the runner reads); when it runs short the radix tree evicts unlocked LRU
