@@ -18,9 +18,11 @@ scaling  Decode tokens/s of B sequences (1..512) over a context of `--context` t
          streaming every context's K and V once at this machine's rate (a plain sum over
          as many bytes): where that bound is under a third of the floor (a small model's
          K/V outweigh its matmuls), no engine meets that bar on this machine. The last
-         column is the engine's own host work a step (its scheduler's plan and booking and
-         the runner's metadata: HOST_PHASES in ets/engine/engine.py) and its share of the
-         wall: on a GPU, the part of a step that no faster kernel shortens. Every other
+         column is the engine's own host work a decode step (its scheduler's plan and
+         booking and the runner's metadata: HOST_PHASES in ets/engine/engine.py; beyond what
+         a call of one forward takes, so a call's first planning and its finishing do not
+         count) and its share of the wall: on a GPU, the part of a step that no faster
+         kernel shortens. Every other
          engine's host work follows the table on a line of its own, with its distinct
          contexts' tok/s against the first engine's, repeat by repeat.
 graphs   (CUDA only) The model's floor as above, eager against replayed from a CUDA graph:
@@ -197,22 +199,22 @@ def host_seconds(stats: dict) -> float:
     return sum(stats[f"{phase}_seconds"] for phase in HOST_PHASES)
 
 
-def host_work(engine: Engine, wall: float) -> tuple[float, float]:
-    """The engine's own host work since its last reset_stats: milliseconds a step, and its
-    share of `wall`."""
-    stats = engine.stats()
-    return 1000 * host_seconds(stats) / max(1, stats["steps"]), host_seconds(stats) / wall
-
-
 def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int]], decode: int, device,
                  host: list | None = None) -> float:
     """Decode tokens/s of one cell: `kind` is engine (the prompts as given) or floor / hf.
-    An engine cell appends its host work (`host_work`) to `host` when given."""
+    An engine cell appends its host work a decode step to `host` when given: milliseconds,
+    and their share of the wall (a call's own work, its first forward's planning and the
+    sequences' finishing, left out: what a call of one forward takes)."""
     n = len(prompts)
     if kind == "engine":
         engine.evict()
         # Prefill outside the timing: the first call caches every prompt but its last token.
         engine.generate(prompts, max_new_tokens=1, temperature=0, ignore_eos=True)
+        fixed = 0.0
+        if host is not None:  # a call of one forward: the same first forward, the same finishing
+            engine.reset_stats()
+            engine.generate(prompts, max_new_tokens=1, temperature=0, ignore_eos=True)
+            fixed = host_seconds(engine.stats())
         sync(device)
         engine.reset_stats()
         start = time.perf_counter()
@@ -221,7 +223,8 @@ def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int
         sync(device)
         wall = time.perf_counter() - start
         if host is not None:
-            host.append(host_work(engine, wall))
+            per_step = (host_seconds(engine.stats()) - fixed) / decode
+            host.append((1000 * per_step, per_step * (decode + 1) / wall))
         return n * (decode + 1) / wall
     if kind == "floor":  # the same batch over a 1-token context: the model's matmuls alone
         ids = torch.tensor([p[-1:] for p in prompts], device=device)
@@ -391,7 +394,7 @@ def scaling(model, tok, args) -> list[str]:
     # context's K and V once (no other cost); when it is under a third of the floor, no engine
     # meets that bar on this machine and model, and engine / bound says how close this one is.
     ratios += ["bound / floor", "engine distinct / bound",
-               "engine distinct: host ms a step (share of the wall)"]
+               "engine distinct: host ms a decode step (share of the wall)"]
     lines = [f"scaling: decode tokens/s, context {args.context} -> {args.context + args.decode + 1} tokens, "
              f"{args.decode + 1} forwards, K/V {engines[vs[0]].pool.bytes_per_token:,} bytes a "
              f"token; median [min-max] of {args.repeats} interleaved repeats",
@@ -413,7 +416,7 @@ def scaling(model, tok, args) -> list[str]:
             ratios = [a / f for a, f in zip(cells[("distinct", v, b)], cells[("distinct", vs[0], b)])]
             parts.append(f"{b}: {ms:.1f} ms ({share:.0%}), {statistics.median(ratios):.2f}x "
                          f"[{min(ratios):.2f}-{max(ratios):.2f}]")
-        lines.append(f"{engine_name(v, vs)}, distinct contexts: host ms a step (share of the wall), tok/s "
+        lines.append(f"{engine_name(v, vs)}, distinct contexts: host ms a decode step (share of the wall), tok/s "
                      f"against engine's, by sequences: " + "; ".join(parts))
     return lines
 
