@@ -3,12 +3,14 @@
 Most steps of a long decode are the same running sequences, in the same order, each
 computing its one new (last sampled) token, none admitted, preempted or ended since the
 step before. The scheduler keeps such steps as a `DecodeRun`: the sequences, their
-slot-table rows and positions on the device, and what sampling reads (their shared
-parameters, their seeds). A step of the run (`DecodeStep`) is then planned without a pass
-over the sequences: the positions move on by one on the device, and the runner and
-sampling recognise the step as the run's next one rather than comparing it chunk by chunk
-with the last. What is left per sequence is what only Python can do: appending the
-sampled token and checking its stop conditions.
+slot-table rows and positions on the device, and what sampling and pooling read (the
+rows of each call, with its sampling parameters and stop rule, their seeds, the rows of
+the pooled sums). A step of the run (`DecodeStep`) is then planned without a pass over
+the sequences: the positions move on by one on the device, the runner recognises the
+step as the run's next one rather than comparing it chunk by chunk with the last, and
+its input ids are the tokens the run sampled, still on the device. What is left per
+sequence is appending its sampled token; the stop conditions are checked only on the
+rows whose token could end them (StopChecker.may_finish).
 
     run.seqs:   [ s0   s1   s2  ...  ]        the running sequences, in order
     run.starts: [ 140  97   310 ...  ]        this step's positions (kv_len), on the device

@@ -17,8 +17,8 @@ import torch
 
 from ets.engine.allocator import SlotAllocator
 from ets.engine import compiled, linears
-from ets.engine.decode_run import DecodeStep
 from ets.engine.attention import check_supported
+from ets.engine.decode_run import DecodeStep
 from ets.engine.hidden import Pooling, unit_rows
 from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, MemoryPlan
 from ets.engine.pool import KVPool, kv_storage_dtype

@@ -20,11 +20,10 @@ import torch
 
 
 class Pooling(NamedTuple):
-    """Hidden states a forward adds to running sums (step embeddings):
-    for each (chunk, lo, hi, slot) of `items`, the final hidden states of the chunk's
-    tokens lo..hi-1 (offsets in the chunk) are added to row `slot` of `sums`. A decode
-    run's step names them as tensors instead: chunks `chunks` add their one token's state
-    to rows `slots`."""
+    """Hidden states a forward adds to running sums (step embeddings): for each (chunk, lo,
+    hi, slot) of `items`, the final hidden states of the chunk's tokens lo..hi-1 (offsets
+    in the chunk) are added to row `slot` of `sums`. A decode run's step names them as
+    tensors instead: chunks `chunks` add their one token's state to rows `slots`."""
     sums: torch.Tensor                        # [slots, hidden], float32, on the model's device
     items: list[tuple[int, int, int, int]]
     chunks: torch.Tensor | None = None
