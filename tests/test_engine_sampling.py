@@ -247,3 +247,16 @@ def test_may_finish_flags_every_row_that_finish_ends(model_tok, stop):
     flagged = checker.may_finish(torch.tensor([out[-1] for out in outputs]), torch.tensor([len(out) for out in outputs]))
     assert all(f for f, e in zip(flagged.tolist(), ends) if e) and sum(ends) > 20
     assert flagged.sum() < len(outputs) * 3 // 4
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_greedy_picks_the_first_of_tied_largest_logits_as_argmax(dtype):
+    import torch
+
+    from ets.engine.sampling import SamplingParams, sample
+
+    logits = torch.randn(64, 3000, generator=torch.Generator().manual_seed(0)).to(getattr(torch, dtype))
+    logits[:32, 2900] = logits[:32, 7] = 50.0  # ties: the lower index wins
+    logits[40] = 0.0                          # a row of nothing but ties
+    picked = sample(logits, SamplingParams(temperature=0), None, None)
+    assert picked == logits.argmax(dim=-1).tolist() and picked[:32] == [7] * 32 and picked[40] == 0

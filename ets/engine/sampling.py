@@ -93,8 +93,8 @@ def sample_tensor(logits: torch.Tensor, params: SamplingParams, seeds: Sequence[
                   positions: Sequence[int] | torch.Tensor | None) -> torch.Tensor:
     """`sample` as an int64 tensor [B] on the logits' device (`seeds`, `positions`: lists,
     or int64 tensors on that device)."""
-    if params.greedy:
-        return logits.argmax(dim=-1)
+    if params.greedy:  # the first largest, as argmax: on the CPU max's indices are 1.6x (bfloat16 4x) faster
+        return logits.max(dim=-1).indices
     logits = logits.float()
     if params.temperature != 1.0:  # x / 1.0 is x: skipping it changes no bit
         logits = logits / params.temperature
@@ -120,7 +120,7 @@ def sample_tensor(logits: torch.Tensor, params: SamplingParams, seeds: Sequence[
     # (The argmax, a pass over the whole vocabulary, only when some row needs it.)
     dropped = probs.gather(-1, picked) == 0
     if bool(dropped.any()):
-        picked = torch.where(dropped, probs.argmax(dim=-1, keepdim=True), picked)
+        picked = torch.where(dropped, probs.max(dim=-1, keepdim=True).indices, picked)
     return picked.squeeze(-1)
 
 
