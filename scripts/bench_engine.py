@@ -22,9 +22,9 @@ scaling  Decode tokens/s of B sequences (1..512) over a context of `--context` t
          booking and the runner's metadata: HOST_PHASES in ets/engine/engine.py; beyond what
          a call of one forward takes, so a call's first planning and its finishing do not
          count) and its share of the wall: on a GPU, the part of a step that no faster
-         kernel shortens. Every other
-         engine's host work follows the table on a line of its own, with its distinct
-         contexts' tok/s against the first engine's, repeat by repeat.
+         kernel shortens. Every other engine's host work follows the table on a line of
+         its own, with its distinct contexts' tok/s against the first engine's, repeat by
+         repeat.
 graphs   (CUDA only) The model's floor as above, eager against replayed from a CUDA graph:
          the graph runs the same kernels with no Python between them and one launch for
          all, so graphed / eager says how much of an eager forward is host overhead on this
