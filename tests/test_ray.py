@@ -14,6 +14,7 @@ One local Ray serves the whole module (starting one costs seconds).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -118,10 +119,8 @@ def test_a_worker_that_keeps_dying_is_reported_not_retried_for_ever(cluster, tmp
         for kind, slot, chunk in list(driver.inflight.values()):
             if kind == "search" and slot.pid not in (None, *killed) and any(p.id == poison for p in chunk):
                 killed.add(slot.pid)
-                try:
+                with contextlib.suppress(ProcessLookupError):  # it died on its own between the look and the kill
                     os.kill(slot.pid, signal.SIGKILL)
-                except ProcessLookupError:  # it died on its own between the look and the kill
-                    pass
 
     summary = run_distributed(cfg, workers=2, show_progress=False, chunk=1, hook=kill_holder)
     assert sorted(ids(out)) == sorted(p.id for p in load_problems(cfg.data) if p.id != poison)

@@ -120,9 +120,7 @@ class DecodeStep(Sequence[Chunk]):
     def __len__(self) -> int:
         return len(self.run.seqs)
 
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return list(self)[i]
+    def __getitem__(self, i: int) -> Chunk:  # type: ignore[override]
         return self._chunk(self.run.seqs[i], int(self.run.rows[i]), int(self.starts[i]))
 
     def __iter__(self):
@@ -138,7 +136,7 @@ class DecodeStep(Sequence[Chunk]):
 
     def input_ids(self) -> torch.Tensor | None:
         """[B] its tokens to compute, in the run's order, where the run's `sample` drew them
-        (on the device); else None (read them off the sequences)."""
+        (on the device); else None."""
         sampled = self.run.sampled
         return sampled[1] if sampled is not None and sampled[0] == self.step - 1 else None
 

@@ -300,11 +300,13 @@ class ModelRunner:
         and nothing is planned per sequence: no grouping, sorting or routing, and no
         table rows or positions copied from the host."""
         last = self._last
-        step = chunks if isinstance(chunks, DecodeStep) else None
         if last is None:
             return None
-        if step is not None and step.follows(last.run, last.step):
-            pass  # the scheduler vouches for each sequence
+        sampled = None  # the next step of the last forward's decode run: its input ids, drawn by the run
+        if isinstance(chunks, DecodeStep) and chunks.follows(last.run, last.step):
+            sampled = chunks.input_ids()  # (the scheduler vouches for each sequence)
+            if sampled is None:  # drawn elsewhere: planned afresh
+                return None
         elif last.expect is None or len(chunks) != len(last.expect) or \
                 [(c.uid, c.start, c.decode) for c in chunks] != last.expect:
             return None
@@ -318,17 +320,12 @@ class ModelRunner:
             h.state.advance()
             last.held[k] = h = h._replace(starts=h.starts + 1, l_max=h.l_max + 1, need=h.need + 1)
             groups.append(self._decode_meta(h, casc, "reuse", None))
-        sampled = step.input_ids() if step is not None else None
         if sampled is not None:  # what the run sampled last, on the device
-            last.step = step.step
+            last.step = chunks.step
             input_ids = sampled.index_select(0, last.ids_index)[None]
         else:
-            if step is not None:
-                last.step = step.step
-                ids = [step.run.seqs[i].tokens[-1] for i in prev.order]
-            else:
-                ids = [chunks[i].token_ids[0] for i in prev.order]
-                last.expect = [(u, s + 1, d) for u, s, d in last.expect]
+            ids = [chunks[i].token_ids[0] for i in prev.order]
+            last.expect = [(u, s + 1, d) for u, s, d in last.expect]
             ids += ids[-1:] * (prev.position_ids.shape[1] - len(ids))
             input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         packed = prev._replace(groups=groups, input_ids=input_ids, position_ids=prev.position_ids + 1)
