@@ -4,7 +4,8 @@ An eager forward runs the model's `transformers` code op by op from Python: hund
 small kernels a step, each launched by the interpreter, so a small model's step is mostly
 host time. Compiled, `torch.compile` traces that code once per shape into one graph and
 inductor fuses its pointwise work (norms, rotary embeddings, activations) into a few
-kernels; on CUDA the graph's pieces are replayed as CUDA graphs (no launch per kernel).
+kernels; on the CPU it lays the linears' weights out for oneDNN once (`inductor_options`);
+on CUDA the graph's pieces are replayed as CUDA graphs (no launch per kernel).
 
 Paged attention stays outside the compiler: it is a custom op (`ets::paged_attention`)
 whose inputs are this layer's query, key and value and whose output is the attention
@@ -88,11 +89,13 @@ def register() -> None:
 
 def enabled(mode: str | bool, device: torch.device) -> bool:
     """Whether `compile` (auto | on | off, or a bool) compiles on `device`. auto: on CUDA
-    only, where an eager step is mostly kernel launches. On the CPU compiling did not pay
-    for its start-up: the tree benchmark (scripts/bench_engine.py --compile off,on) ran
-    0.99x eager on SmolLM2-135M after 80 s of compiling, and 1.05x (0.97-1.10 over 9
-    repeats; 1.00-1.16x in noisier runs) on the 1M-parameter demo policy after 6-20 s; a
-    CPU step's time is mostly matmuls and attention, which compiling leaves as they are."""
+    only, where an eager step is mostly kernel launches. On the CPU compiling pays only over
+    a long run, and its tokens are not eager's: the tree benchmark
+    (scripts/bench_engine.py --compile off,on, one thread) ran 1.08x eager on SmolLM2-135M
+    after about 2 minutes of compiling with inductor's cache cold, and 1.2x on the 1M-parameter
+    demo policy after 15-20 s, but a short `ets run` of SmolLM2-135M (scripts/bench_backends.py)
+    0.89x; its logits differ from eager's in their last bits, so a sampled search's records
+    differ too."""
     if isinstance(mode, bool):
         return mode
     if mode not in MODES:
@@ -108,11 +111,21 @@ def bucket(rows: int) -> int:
     return power * 3 // 4 if power >= 4 and rows <= power * 3 // 4 else power
 
 
-def cudagraph_options(device: torch.device) -> dict:
-    """inductor options: on CUDA, mode="reduce-overhead"'s (CUDA graphs) with the graph
-    partitioned at the attention op (which CUDA graphs must not capture); where this torch
-    cannot partition so, and off CUDA, none (plain compiled kernels)."""
-    if torch.device(device).type != "cuda" or not _TAGS:
+def inductor_options(device: torch.device) -> dict:
+    """inductor options. On the CPU, `freezing`: the weights are constants of the graph, so
+    inductor lays the linears' weights out for oneDNN once (what `linears.PackedLinears`
+    does for an eager forward; without it a compiled forward multiplied by the stored
+    layout every call, and its fused kernels only made up for that: 0.99x eager on
+    SmolLM2-135M, against 1.08x with it). The copy takes the linear weights' memory again,
+    made at the first forward (the memory plan sets it aside: engine.py); the weights are
+    read then, so a model whose weights change afterwards needs a new engine. On CUDA,
+    mode="reduce-overhead"'s
+    (CUDA graphs) with the graph partitioned at the attention op (which CUDA graphs must
+    not capture); where this torch cannot partition so, none (plain compiled kernels)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return {"freezing": True}
+    if device.type != "cuda" or not _TAGS:
         return {}
     from torch._inductor import config, list_mode_options
 
@@ -144,8 +157,8 @@ class CompiledModel:
         limit = torch._dynamo.config.recompile_limit
         torch._dynamo.config.recompile_limit = max(limit, RECOMPILE_LIMIT)
         self.model = model
-        options = cudagraph_options(device)
-        self.cudagraphs = bool(options)
+        options = inductor_options(device)
+        self.cudagraphs = bool(options.get("triton.cudagraphs"))
         # static shapes need few of them; so do CUDA graphs, recorded per shape
         self.pad = self.cudagraphs or not DYNAMIC
         compile_kw = {"dynamic": DYNAMIC, "options": options or None}
