@@ -120,8 +120,9 @@ KEY_DOCS: dict[str, dict[str, str]] = {
                    "sampled search's records do too.",
         "prepack": "engine: `on` runs the model's linear layers on a copy of their weights reordered once "
                    "for oneDNN (cpu only; float32 or bfloat16; the copy takes the linear weights' memory again); "
-                   "`off` runs them as torch does (a PRM's own engine too); `auto` is `on` on the cpu unless `compile` is on (which lays them out itself). On "
-                   "SmolLM2-135M `ets run` ran 1.50x faster with it (REBASE W=4), the tree benchmark 1.16x (W=16).",
+                   "`off` runs them as torch does (a PRM's own engine too); `auto` is `on` on the cpu unless "
+                   "`compile` is on (which lays them out itself). On SmolLM2-135M `ets run` ran 1.50x faster "
+                   "with it (REBASE W=4), the tree benchmark 1.16x (W=16).",
         "max_context": "Tokens a path (prompt and steps) may hold; null: the model's `max_position_embeddings`.",
         "prompt_overflow": "A prompt that fills the context: `error` stops the run naming the problem; "
                            "`truncate` keeps the end of its question, inside its template.",

@@ -119,9 +119,9 @@ def inductor_options(device: torch.device) -> dict:
     SmolLM2-135M, against 1.08x with it). The copy takes the linear weights' memory again,
     made at the first forward (the memory plan sets it aside: engine.py); the weights are
     read then, so a model whose weights change afterwards needs a new engine. On CUDA,
-    mode="reduce-overhead"'s
-    (CUDA graphs) with the graph partitioned at the attention op (which CUDA graphs must
-    not capture); where this torch cannot partition so, none (plain compiled kernels)."""
+    mode="reduce-overhead"'s (CUDA graphs) with the graph partitioned at the attention op
+    (which CUDA graphs must not capture); where this torch cannot partition so, none (plain
+    compiled kernels)."""
     device = torch.device(device)
     if device.type == "cpu":
         return {"freezing": True}
