@@ -21,13 +21,16 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
+def _pool_words(name: str, pool: dict) -> str:
+    later = pool.get("later_bytes")
+    later = f"; {_gib(later)} set aside for its compiled forward's weights" if later else ""
+    return f"{name} {pool['pool_tokens']:,} tokens ({_gib(pool['engine_bytes_at_most'])} at most{later})"
+
+
 def plan_line(report: dict, forecast: bool = False) -> str:
     """One line of a plan's report: the device, the fraction of its free memory, and each
     pool (tokens, and the most its engine takes with its buffers)."""
-    pools = ", ".join(f"{name} {p['pool_tokens']:,} tokens ({_gib(p['engine_bytes_at_most'])} at most"
-                      + (f"; {_gib(p['later_bytes'])} set aside for its compiled forward's weights"
-                         if p.get("later_bytes") else "") + ")"
-                      for name, p in report["pools"].items())
+    pools = ", ".join(_pool_words(name, p) for name, p in report["pools"].items())
     free = report["free_bytes"]
     measured = "about " if forecast else ""
     return (f"KV memory on {report['device']}: {report['memory_fraction']:g} of {measured}"

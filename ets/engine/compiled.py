@@ -111,6 +111,12 @@ def bucket(rows: int) -> int:
     return power * 3 // 4 if power >= 4 and rows <= power * 3 // 4 else power
 
 
+def freezes(device: torch.device) -> bool:
+    """Whether a forward compiled on `device` freezes the model's weights, inductor then
+    keeping its own laid-out copy of the linear weights: on the CPU (`inductor_options`)."""
+    return torch.device(device).type == "cpu"
+
+
 def inductor_options(device: torch.device) -> dict:
     """inductor options. On the CPU, `freezing`: the weights are constants of the graph, so
     inductor lays the linears' weights out for oneDNN once (what `linears.PackedLinears`
@@ -122,10 +128,9 @@ def inductor_options(device: torch.device) -> dict:
     mode="reduce-overhead"'s (CUDA graphs) with the graph partitioned at the attention op
     (which CUDA graphs must not capture); where this torch cannot partition so, none (plain
     compiled kernels)."""
-    device = torch.device(device)
-    if device.type == "cpu":
+    if freezes(device):
         return {"freezing": True}
-    if device.type != "cuda" or not _TAGS:
+    if torch.device(device).type != "cuda" or not _TAGS:
         return {}
     from torch._inductor import config, list_mode_options
 

@@ -144,7 +144,7 @@ class Engine:
         # are sized (compiled.inductor_options): the plan sets it aside.
         self.memory, self.memory_claim = memory, None
         if memory is not None:
-            later = linears.weight_bytes(model) if compiled_forward and self.device.type == "cpu" else 0
+            later = linears.weight_bytes(model) if compiled_forward and compiled.freezes(self.device) else 0
             self.memory_claim = memory.claim(memory_name, KVPool.bytes_per_token_for(model.config, self.kv_dtype),
                                              1 if scoring_only else ENGINE_MEMORY_MULTIPLE, tokens=kv_budget_tokens,
                                              later_bytes=later)

@@ -98,8 +98,7 @@ def copies_weights(prepack: str | bool, compile: str | bool, device, dtype: torc
     (compiled.inductor_options)."""
     from ets.engine import compiled
 
-    device = torch.device(device)
-    return packs(prepack, compile, device, dtype) or (device.type == "cpu" and compiled.enabled(compile, device))
+    return packs(prepack, compile, device, dtype) or (compiled.enabled(compile, device) and compiled.freezes(device))
 
 
 def weight_bytes(model: nn.Module) -> int:
