@@ -54,7 +54,7 @@ def test_a_pool_sized_by_its_own_key_is_set_aside_first():
 
 def test_what_an_engine_takes_after_the_pools_are_sized_is_set_aside_first():
     """A compiled forward on the CPU makes its copy of the linear weights at its first
-    forward, after the pools are sized (compiled.inductor_options): its engine's claim
+    forward, after the pools are sized (compiled.freezing): its engine's claim
     carries those bytes, and the plan takes them off the free memory first."""
     plan = MemoryPlan("cpu", 0.5)
     policy = plan.claim("policy", 4096, later_bytes=GIB)

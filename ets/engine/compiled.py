@@ -32,6 +32,7 @@ the compiled forward keeps the engine's batch invariance on the CPU
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -113,23 +114,15 @@ def bucket(rows: int) -> int:
 
 def freezes(device: torch.device) -> bool:
     """Whether a forward compiled on `device` freezes the model's weights, inductor then
-    keeping its own laid-out copy of the linear weights: on the CPU (`inductor_options`)."""
+    keeping its own laid-out copy of the linear weights: on the CPU (`freezing`)."""
     return torch.device(device).type == "cpu"
 
 
 def inductor_options(device: torch.device) -> dict:
-    """inductor options. On the CPU, `freezing`: the weights are constants of the graph, so
-    inductor lays the linears' weights out for oneDNN once (what `linears.PackedLinears`
-    does for an eager forward; without it a compiled forward multiplied by the stored
-    layout every call, and its fused kernels only made up for that: 0.99x eager on
-    SmolLM2-135M, against 1.08x with it). The copy takes the linear weights' memory again,
-    made at the first forward (the memory plan sets it aside: engine.py); the weights are
-    read then, so a model whose weights change afterwards needs a new engine. On CUDA,
-    mode="reduce-overhead"'s (CUDA graphs) with the graph partitioned at the attention op
-    (which CUDA graphs must not capture); where this torch cannot partition so, none (plain
-    compiled kernels)."""
-    if freezes(device):
-        return {"freezing": True}
+    """inductor options, on CUDA: mode="reduce-overhead"'s (CUDA graphs) with the graph
+    partitioned at the attention op (which CUDA graphs must not capture); where this torch
+    cannot partition so, none (plain compiled kernels). On the CPU none: there the forward
+    freezes the weights instead (`freezing`)."""
     if torch.device(device).type != "cuda" or not _TAGS:
         return {}
     from torch._inductor import config, list_mode_options
@@ -137,6 +130,23 @@ def inductor_options(device: torch.device) -> dict:
     if not hasattr(config, "graph_partition"):
         return {}
     return {**list_mode_options("reduce-overhead"), "graph_partition": True}
+
+
+def freezing(device: torch.device):
+    """The context a forward compiled on `device` runs in. On the CPU, inductor's
+    `freezing`: the weights are constants of the graph, so inductor lays the linears'
+    weights out for oneDNN once (what `linears.PackedLinears` does for an eager forward;
+    without it a compiled forward multiplies by the stored layout every call, 1.36x slower
+    per linear on SmolLM2-135M's shapes). The copy takes the linear weights' memory again,
+    made when a graph compiles (the memory plan sets it aside: engine.py); the weights are
+    read then, so a model whose weights change afterwards needs a new engine. It is set
+    for the call, not as a `torch.compile` option: dynamo reads it while tracing, to keep
+    the parameters out of the graph's inputs, and an option reaches only inductor."""
+    if freezes(device):
+        from torch._inductor import config
+
+        return config.patch(freezing=True)
+    return contextlib.nullcontext()
 
 
 def _logits(model, input_ids, position_ids, keep):
@@ -162,6 +172,7 @@ class CompiledModel:
         limit = torch._dynamo.config.recompile_limit
         torch._dynamo.config.recompile_limit = max(limit, RECOMPILE_LIMIT)
         self.model = model
+        self.device = torch.device(device)
         options = inductor_options(device)
         self.cudagraphs = bool(options.get("triton.cudagraphs"))
         # static shapes need few of them; so do CUDA graphs, recorded per shape
@@ -189,12 +200,13 @@ class CompiledModel:
         _capture.want = states and keep is not None  # a guard of the graph: one with, one without
         _current.append(batch)
         try:
-            if keep is None:
-                out = self._hidden(self.model, input_ids, position_ids)
-                final = out if states else None
-            else:
-                out = self._logits(self.model, input_ids, position_ids, keep)
-                final = _capture.states
+            with freezing(self.device):
+                if keep is None:
+                    out = self._hidden(self.model, input_ids, position_ids)
+                    final = out if states else None
+                else:
+                    out = self._logits(self.model, input_ids, position_ids, keep)
+                    final = _capture.states
         finally:
             _current.pop()
             _capture.want, _capture.states = False, None

@@ -141,7 +141,7 @@ class Engine:
         # In the device's plan: sized by it, when first needed (`__getattr__`), or, with
         # `kv_budget_tokens`, set aside in it and shown in its report. A compiled forward on
         # the CPU makes its copy of the linear weights at its first forward, after the pools
-        # are sized (compiled.inductor_options): the plan sets it aside.
+        # are sized (compiled.freezing): the plan sets it aside.
         self.memory, self.memory_claim = memory, None
         if memory is not None:
             later = linears.weight_bytes(model) if compiled_forward and compiled.freezes(self.device) else 0

@@ -56,7 +56,7 @@ def enabled(mode: str | bool, device: torch.device, dtype: torch.dtype) -> bool:
 def packs(prepack: str | bool, compile: str | bool, device, dtype: torch.dtype) -> bool:
     """Whether an engine built with these `prepack` and `compile` settings packs a model of
     `dtype` on `device`. A compiled forward is left to inductor, which lays its linears
-    out for oneDNN itself on the CPU (compiled.inductor_options): prepack=on with it raises."""
+    out for oneDNN itself on the CPU (compiled.freezing): prepack=on with it raises."""
     from ets.engine import compiled
 
     device = torch.device(device)
@@ -95,7 +95,7 @@ def _linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) ->
 def copies_weights(prepack: str | bool, compile: str | bool, device, dtype: torch.dtype) -> bool:
     """Whether an engine built with these settings keeps a second copy of its linear
     weights: packed here (`packs`), or, compiled on the CPU, by inductor
-    (compiled.inductor_options)."""
+    (compiled.freezing)."""
     from ets.engine import compiled
 
     return packs(prepack, compile, device, dtype) or (compiled.enabled(compile, device) and compiled.freezes(device))
