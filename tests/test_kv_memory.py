@@ -14,10 +14,8 @@ import torch
 import ets
 from ets.config import ConfigError
 from ets.engine import Engine
-from ets.engine.linears import weight_bytes
 from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, MemoryPlan
 from ets.engine.pool import PoolTooLarge
-from ets.models.tiny import build_tiny_model
 from tests.helpers import TINY, one_line_error, run_cli
 
 GIB = 1 << 30
@@ -50,20 +48,6 @@ def test_a_pool_sized_by_its_own_key_is_set_aside_first():
     plan.resolve(free=10 * GIB)
     assert reward.tokens == int(0.5 * (10 * GIB - 100_000 * 4096 * ENGINE_MEMORY_MULTIPLE)) // 6144
     assert set(plan.report()["pools"]) == {"policy", "reward"}
-
-
-def test_what_an_engine_takes_after_the_pools_are_sized_is_set_aside_first():
-    """A compiled forward on the CPU makes its copy of the linear weights at its first
-    forward, after the pools are sized (compiled.freezing): its engine's claim
-    carries those bytes, and the plan takes them off the free memory first."""
-    plan = MemoryPlan("cpu", 0.5)
-    policy = plan.claim("policy", 4096, later_bytes=GIB)
-    plan.resolve(free=10 * GIB)
-    assert policy.tokens == int(0.5 * 9 * GIB) // (4096 * ENGINE_MEMORY_MULTIPLE)
-    model, tok = build_tiny_model("llama")
-    claims = {mode: Engine(model, tok, memory=MemoryPlan("cpu", 0.5), compile=mode).memory_claim
-              for mode in ("on", "off")}
-    assert claims["on"].later_bytes == weight_bytes(model) > 0 and claims["off"].later_bytes == 0
 
 
 def test_a_share_that_holds_no_token_is_refused():

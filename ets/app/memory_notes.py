@@ -11,7 +11,7 @@ import torch
 
 from ets.config import ConfigError, RunConfig
 from ets.engine.engine import DEFAULT_KV_TOKENS
-from ets.engine.linears import copies_weights
+from ets.engine.linears import packs
 from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, free_bytes, plan_for, same_device
 from ets.engine.pool import KVPool, PoolTooLarge, kv_storage_dtype
 from ets.models.load import resolve_dtype
@@ -21,16 +21,11 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def _pool_words(name: str, pool: dict) -> str:
-    later = pool.get("later_bytes")
-    later = f"; {_gib(later)} set aside for its compiled forward's weights" if later else ""
-    return f"{name} {pool['pool_tokens']:,} tokens ({_gib(pool['engine_bytes_at_most'])} at most{later})"
-
-
 def plan_line(report: dict, forecast: bool = False) -> str:
     """One line of a plan's report: the device, the fraction of its free memory, and each
     pool (tokens, and the most its engine takes with its buffers)."""
-    pools = ", ".join(_pool_words(name, p) for name, p in report["pools"].items())
+    pools = ", ".join(f"{name} {p['pool_tokens']:,} tokens ({_gib(p['engine_bytes_at_most'])} at most)"
+                      for name, p in report["pools"].items())
     free = report["free_bytes"]
     measured = "about " if forecast else ""
     return (f"KV memory on {report['device']}: {report['memory_fraction']:g} of {measured}"
@@ -98,7 +93,7 @@ def _reward_engine(config: RunConfig):
 def check_memory_notes(config: RunConfig) -> list[str]:
     """`--check`'s lines on KV memory: each engine's pool, fixed or forecast from the
     device's free memory now less the models' weights (read from their files; twice where
-    the engine keeps a copy of its linears, ets/engine/linears.py)."""
+    the engine prepacks its linears, ets/engine/linears.py)."""
     from ets.rewards.registry import reward_prepack
 
     policy = config.policy
@@ -123,8 +118,8 @@ def check_memory_notes(config: RunConfig) -> list[str]:
         if on_plan:
             plan.claim(name, per_token, multiple, tokens)
             w = _weight_bytes(model, resolve_dtype(dtype))
-            # a prepacked or CPU-compiled engine keeps a copy of the linear layers' weights, most of a model's
-            if w is not None and copies_weights(prepack, compile, device, resolve_dtype(dtype)):
+            # a prepacked engine keeps a copy of the linear layers' weights, most of a model's
+            if w is not None and packs(prepack, compile, device, resolve_dtype(dtype)):
                 w *= 2
             weights = None if weights is None or w is None else weights + w
         else:

@@ -110,18 +110,17 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "kv_dtype": "engine: how K and V are stored; null: as `dtype`. `bfloat16` under a float32 model holds "
                     "twice the tokens in the same memory, its logits about 1e-3 off.",
         "max_batch_tokens": "engine: the tokens of one forward pass.",
-        "compile": "engine: `on` runs the model's forward under `torch.compile` (attention an opaque op; on cpu "
-                   "its linears on a copy of their weights laid out for oneDNN, as `prepack` does; on cuda "
+        "compile": "engine: `on` runs the model's forward under `torch.compile` (attention an opaque op; on cuda "
                    "replayed as CUDA graphs, the rows padded to a few sizes); `off` runs it eagerly; `auto` "
                    "compiles on cuda, where an eager step is mostly kernel launches, and not on cpu, where it "
-                   "pays only over long runs (15-20 s before the first step on the tiny demo policy, about 2 min "
-                   "on SmolLM2-135M with inductor's cache cold; the tree benchmark then ran 1.2x and 1.08x "
-                   "eager, a short `ets run` of SmolLM2-135M 0.89x) and its last bits differ from eager's, so a "
-                   "sampled search's records do too.",
+                   "pays only over long runs, if at all (15-20 s before the first step on the tiny demo policy, "
+                   "about 2 min on SmolLM2-135M with inductor's cache cold; the tree benchmark then ran "
+                   "1.05-1.24x and 0.99-1.11x eager) and its last bits differ from eager's, so a sampled "
+                   "search's records do too.",
         "prepack": "engine: `on` runs the model's linear layers on a copy of their weights reordered once "
                    "for oneDNN (cpu only; float32 or bfloat16; the copy takes the linear weights' memory again); "
                    "`off` runs them as torch does (a PRM's own engine too); `auto` is `on` on the cpu unless "
-                   "`compile` is on (which lays them out itself). On SmolLM2-135M `ets run` ran 1.50x faster "
+                   "`compile` is on (whose linears are plain matmuls). On SmolLM2-135M `ets run` ran 1.50x faster "
                    "with it (REBASE W=4), the tree benchmark 1.16x (W=16).",
         "max_context": "Tokens a path (prompt and steps) may hold; null: the model's `max_position_embeddings`.",
         "prompt_overflow": "A prompt that fills the context: `error` stops the run naming the problem; "

@@ -4,8 +4,7 @@ An eager forward runs the model's `transformers` code op by op from Python: hund
 small kernels a step, each launched by the interpreter, so a small model's step is mostly
 host time. Compiled, `torch.compile` traces that code once per shape into one graph and
 inductor fuses its pointwise work (norms, rotary embeddings, activations) into a few
-kernels; on the CPU it lays the linears' weights out for oneDNN once (`inductor_options`);
-on CUDA the graph's pieces are replayed as CUDA graphs (no launch per kernel).
+kernels; on CUDA the graph's pieces are replayed as CUDA graphs (no launch per kernel).
 
 Paged attention stays outside the compiler: it is a custom op (`ets::paged_attention`)
 whose inputs are this layer's query, key and value and whose output is the attention
@@ -32,7 +31,6 @@ the compiled forward keeps the engine's batch invariance on the CPU
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import torch
@@ -90,13 +88,14 @@ def register() -> None:
 
 def enabled(mode: str | bool, device: torch.device) -> bool:
     """Whether `compile` (auto | on | off, or a bool) compiles on `device`. auto: on CUDA
-    only, where an eager step is mostly kernel launches. On the CPU compiling pays only over
-    a long run, and its tokens are not eager's: the tree benchmark
-    (scripts/bench_engine.py --compile off,on, one thread) ran 1.08x eager on SmolLM2-135M
-    after about 2 minutes of compiling with inductor's cache cold, and 1.2x on the 1M-parameter
-    demo policy after 15-20 s, but a short `ets run` of SmolLM2-135M (scripts/bench_backends.py)
-    0.89x; its logits differ from eager's in their last bits, so a sampled search's records
-    differ too."""
+    only, where an eager step is mostly kernel launches. On the CPU compiling pays only
+    over a long run, if at all: it takes 15-20 s on the 1M-parameter demo policy and about
+    2 minutes on SmolLM2-135M with inductor's cache cold, and the tree benchmark
+    (scripts/bench_engine.py --compile off,on) then ran 1.05-1.24x eager on the demo
+    policy and 0.99-1.11x on SmolLM2 over runs of this same code, a CPU step's time being
+    mostly its matmuls (which compiling leaves to the same kind of kernels) and attention
+    (an op of ours, outside the graph); and a compiled forward's logits differ from
+    eager's in their last bits, so a sampled search's records differ too."""
     if isinstance(mode, bool):
         return mode
     if mode not in MODES:
@@ -112,17 +111,18 @@ def bucket(rows: int) -> int:
     return power * 3 // 4 if power >= 4 and rows <= power * 3 // 4 else power
 
 
-def freezes(device: torch.device) -> bool:
-    """Whether a forward compiled on `device` freezes the model's weights, inductor then
-    keeping its own laid-out copy of the linear weights: on the CPU (`freezing`)."""
-    return torch.device(device).type == "cpu"
-
-
-def inductor_options(device: torch.device) -> dict:
-    """inductor options, on CUDA: mode="reduce-overhead"'s (CUDA graphs) with the graph
+def cudagraph_options(device: torch.device) -> dict:
+    """inductor options: on CUDA, mode="reduce-overhead"'s (CUDA graphs) with the graph
     partitioned at the attention op (which CUDA graphs must not capture); where this torch
-    cannot partition so, none (plain compiled kernels). On the CPU none: there the forward
-    freezes the weights instead (`freezing`)."""
+    cannot partition so, and off CUDA, none (plain compiled kernels).
+
+    Not inductor's `freezing` on the CPU, though it lays the linears' weights out for
+    oneDNN as `linears.PackedLinears` does for an eager forward (each of SmolLM2-135M's
+    projections about 1.5x faster at 16 rows than the plain matmul a compiled forward
+    runs): in torch 2.13 a frozen graph keeps the model's weights and their laid-out copy
+    alive in torch's caches after the engine is gone (tests/test_engine_compile.py), so a
+    process building engine after engine would keep them all; and the whole tree
+    benchmark was no faster for it (within the runs' spread)."""
     if torch.device(device).type != "cuda" or not _TAGS:
         return {}
     from torch._inductor import config, list_mode_options
@@ -130,23 +130,6 @@ def inductor_options(device: torch.device) -> dict:
     if not hasattr(config, "graph_partition"):
         return {}
     return {**list_mode_options("reduce-overhead"), "graph_partition": True}
-
-
-def freezing(device: torch.device):
-    """The context a forward compiled on `device` runs in. On the CPU, inductor's
-    `freezing`: the weights are constants of the graph, so inductor lays the linears'
-    weights out for oneDNN once (what `linears.PackedLinears` does for an eager forward;
-    without it a compiled forward multiplies by the stored layout every call, 1.36x slower
-    per linear on SmolLM2-135M's shapes). The copy takes the linear weights' memory again,
-    made when a graph compiles (the memory plan sets it aside: engine.py); the weights are
-    read then, so a model whose weights change afterwards needs a new engine. It is set
-    for the call, not as a `torch.compile` option: dynamo reads it while tracing, to keep
-    the parameters out of the graph's inputs, and an option reaches only inductor."""
-    if freezes(device):
-        from torch._inductor import config
-
-        return config.patch(freezing=True)
-    return contextlib.nullcontext()
 
 
 def _logits(model, input_ids, position_ids, keep):
@@ -172,9 +155,8 @@ class CompiledModel:
         limit = torch._dynamo.config.recompile_limit
         torch._dynamo.config.recompile_limit = max(limit, RECOMPILE_LIMIT)
         self.model = model
-        self.device = torch.device(device)
-        options = inductor_options(device)
-        self.cudagraphs = bool(options.get("triton.cudagraphs"))
+        options = cudagraph_options(device)
+        self.cudagraphs = bool(options)
         # static shapes need few of them; so do CUDA graphs, recorded per shape
         self.pad = self.cudagraphs or not DYNAMIC
         compile_kw = {"dynamic": DYNAMIC, "options": options or None}
@@ -200,13 +182,12 @@ class CompiledModel:
         _capture.want = states and keep is not None  # a guard of the graph: one with, one without
         _current.append(batch)
         try:
-            with freezing(self.device):
-                if keep is None:
-                    out = self._hidden(self.model, input_ids, position_ids)
-                    final = out if states else None
-                else:
-                    out = self._logits(self.model, input_ids, position_ids, keep)
-                    final = _capture.states
+            if keep is None:
+                out = self._hidden(self.model, input_ids, position_ids)
+                final = out if states else None
+            else:
+                out = self._logits(self.model, input_ids, position_ids, keep)
+                final = _capture.states
         finally:
             _current.pop()
             _capture.want, _capture.states = False, None

@@ -107,7 +107,7 @@ class Engine:
         prepack: "on": on the CPU the model's linear layers run on a copy of their weights
         reordered for oneDNN (linears.py: faster, the copy's memory again); "off": as torch
         runs them; "auto": on where it can be (the CPU, float32 or bfloat16) unless compiled
-        (inductor lays out a compiled forward's linears itself, a copy made at its first forward);
+        (inductor lays out a compiled forward's linears itself);
         advance: decode steps of the same sequences, one token further each time, run as a
         decode run (decode_run.py: planned, sampled and booked without a pass over the
         sequences) and move the last forward's metadata on (runner.py) rather than being
@@ -136,18 +136,13 @@ class Engine:
         self.step_seconds = dict.fromkeys(STEP_PHASES, 0.0)
         # before the memory plan measures what is free: the packed copy is the model's memory
         self.linears = linears.PackedLinears(model) if linears.packs(prepack, compile, self.device, self.dtype) else None
-        compiled_forward = compiled.enabled(compile, self.device)
-        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled_forward, advance)
+        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled.enabled(compile, self.device), advance)
         # In the device's plan: sized by it, when first needed (`__getattr__`), or, with
-        # `kv_budget_tokens`, set aside in it and shown in its report. A compiled forward on
-        # the CPU makes its copy of the linear weights at its first forward, after the pools
-        # are sized (compiled.freezing): the plan sets it aside.
+        # `kv_budget_tokens`, set aside in it and shown in its report
         self.memory, self.memory_claim = memory, None
         if memory is not None:
-            later = linears.weight_bytes(model) if compiled_forward and compiled.freezes(self.device) else 0
             self.memory_claim = memory.claim(memory_name, KVPool.bytes_per_token_for(model.config, self.kv_dtype),
-                                             1 if scoring_only else ENGINE_MEMORY_MULTIPLE, tokens=kv_budget_tokens,
-                                             later_bytes=later)
+                                             1 if scoring_only else ENGINE_MEMORY_MULTIPLE, tokens=kv_budget_tokens)
         if kv_budget_tokens is not None:
             self._build_pool(kv_budget_tokens)
         self.handles: dict[int, RadixNode] = {}

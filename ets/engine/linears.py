@@ -55,8 +55,8 @@ def enabled(mode: str | bool, device: torch.device, dtype: torch.dtype) -> bool:
 
 def packs(prepack: str | bool, compile: str | bool, device, dtype: torch.dtype) -> bool:
     """Whether an engine built with these `prepack` and `compile` settings packs a model of
-    `dtype` on `device`. A compiled forward is left to inductor, which lays its linears
-    out for oneDNN itself on the CPU (compiled.freezing): prepack=on with it raises."""
+    `dtype` on `device`. A compiled forward keeps torch's linears (inductor lays them out):
+    prepack=on with it raises."""
     from ets.engine import compiled
 
     device = torch.device(device)
@@ -90,20 +90,6 @@ def _pack(weight: torch.Tensor) -> torch.Tensor:
 
 def _linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-
-
-def copies_weights(prepack: str | bool, compile: str | bool, device, dtype: torch.dtype) -> bool:
-    """Whether an engine built with these settings keeps a second copy of its linear
-    weights: packed here (`packs`), or, compiled on the CPU, by inductor
-    (compiled.freezing)."""
-    from ets.engine import compiled
-
-    return packs(prepack, compile, device, dtype) or (compiled.enabled(compile, device) and compiled.freezes(device))
-
-
-def weight_bytes(model: nn.Module) -> int:
-    """The bytes of `model`'s linear layers' weights: what a packed copy of them takes."""
-    return sum(m.weight.numel() * m.weight.element_size() for m in model.modules() if isinstance(m, nn.Linear))
 
 
 class PackedLinears:

@@ -84,13 +84,11 @@ class Claim:
     tokens: int | None = None   # the pool, once resolved
     free_bytes: int | None = None   # the device's free memory it was sized from
     fixed: bool = False         # sized by its own key (kv_budget_tokens): its memory is set aside
-    later_bytes: int = 0        # what the engine takes after the pools are sized, set aside too
-                                # (a compiled CPU forward's own copy of the weights: compiled.py)
 
     def as_dict(self) -> dict:
         pool = (self.tokens or 0) * self.bytes_per_token
         return {"pool_tokens": self.tokens, "bytes_per_token": self.bytes_per_token, "pool_bytes": pool,
-                "engine_bytes_at_most": pool * self.multiple, "later_bytes": self.later_bytes}
+                "engine_bytes_at_most": pool * self.multiple}
 
 
 class MemoryPlan:
@@ -113,21 +111,18 @@ class MemoryPlan:
         self.claims: list[Claim] = []
 
     def claim(self, name: str, bytes_per_token: int, multiple: int = ENGINE_MEMORY_MULTIPLE,
-              tokens: int | None = None, later_bytes: int = 0) -> Claim:
+              tokens: int | None = None) -> Claim:
         """An engine's part; with `tokens` (its own kv_budget_tokens) a fixed one: its
-        memory is set aside before the others are sized, and the report shows it;
-        `later_bytes`, memory the engine takes after its pool exists, is set aside too."""
-        c = Claim(name, bytes_per_token, multiple, tokens, fixed=tokens is not None, later_bytes=later_bytes)
+        memory is set aside before the others are sized, and the report shows it."""
+        c = Claim(name, bytes_per_token, multiple, tokens, fixed=tokens is not None)
         self.claims.append(c)
         return c
 
     def _set_aside(self) -> int:
         """The bytes fixed pools will take beyond what the device counts as used now: their
-        buffers, and on the CPU their pools too (taken as they fill: pool.lazy_zeros); and
-        every engine's `later_bytes`."""
+        buffers, and on the CPU their pools too (taken as they fill: pool.lazy_zeros)."""
         taken_now = 0 if self.device.type == "cpu" else 1
-        return (sum(c.tokens * c.bytes_per_token * (c.multiple - taken_now) for c in self.claims if c.fixed)
-                + sum(c.later_bytes for c in self.claims))
+        return sum(c.tokens * c.bytes_per_token * (c.multiple - taken_now) for c in self.claims if c.fixed)
 
     def resolve(self, free: int | None = None) -> None:
         """Size every claim registered so far (measuring the free memory once, unless
