@@ -10,8 +10,8 @@ reported under that whole label (its ratios, like every other's, against `engine
 
 1. Tree workload: for each of `--problems` questions of the config's data, the root gets W
    children, then every path is extended by one step per round for `--depth` rounds (one
-   expand call per round for all problems, temperature 1, steps of `--step-tokens`):
-   generated tokens/s.
+   expand call per round for all problems, temperature 1, steps of `--step-tokens`; a
+   path whose step ended in eos or a full context stops): generated tokens/s.
 2. `ets run` (ets.app.run.run) on the config (default the demo's), method rebase, width
    W, `--problems` problems: problems/s, tokens/s and the policy's peak KV.
 Every backend is built and run once untimed before the clock starts, then the repeats run
@@ -56,7 +56,10 @@ def tree_workload(policy, questions, width: int, depth: int, step_tokens: int) -
             policy.release([s.handle for s in steps])
             for j, s in enumerate(steps):
                 generated += len(s.token_ids)
-                if s.finish == "stop":
+                # every path goes on but one that ended (eos, or its context full): a step cut
+                # at `step_tokens` too, so that the tree's shape (rows a forward, forwards a
+                # round) is the same for every backend, not set by where its samples broke
+                if s.finish in ("stop", "length"):
                     new[(req.key, j)] = req.token_ids + s.token_ids
         paths = new
         if not paths:
