@@ -3,6 +3,9 @@ row buckets, a bounded number of graphs over a run, and the batch invariance it 
 the CPU. (Its logits and greedy tokens against transformers: tests/test_engine_parity.py,
 run both eager and compiled.)"""
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -71,9 +74,6 @@ def test_a_dropped_compiled_engine_frees_its_model():
     """The graphs a compiled forward leaves in torch's caches hold no reference to the
     model's weights, so a process that builds one engine after another (a sweep) does not
     keep every model it compiled. (inductor's weight freezing would: compiled.py.)"""
-    import gc
-    import weakref
-
     model, tok = _model(5)
     weight = weakref.ref(model.model.layers[0].mlp.up_proj.weight)
     engine = Engine(model, tok, kv_budget_tokens=4096, compile="on")

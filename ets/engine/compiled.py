@@ -88,14 +88,11 @@ def register() -> None:
 
 def enabled(mode: str | bool, device: torch.device) -> bool:
     """Whether `compile` (auto | on | off, or a bool) compiles on `device`. auto: on CUDA
-    only, where an eager step is mostly kernel launches. On the CPU compiling pays only
-    over a long run, if at all: it takes 15-20 s on the 1M-parameter demo policy and about
-    2 minutes on SmolLM2-135M with inductor's cache cold, and the tree benchmark
-    (scripts/bench_engine.py --compile off,on) then ran 1.05-1.24x eager on the demo
-    policy and 0.99-1.11x on SmolLM2 over runs of this same code, a CPU step's time being
-    mostly its matmuls (which compiling leaves to the same kind of kernels) and attention
-    (an op of ours, outside the graph); and a compiled forward's logits differ from
-    eager's in their last bits, so a sampled search's records differ too."""
+    only, where an eager step is mostly kernel launches. On the CPU a step's time is mostly
+    its matmuls (which compiling leaves to the same kind of kernels) and attention (an op
+    of ours, outside the graph), so the compile (seconds to minutes) pays only over a long
+    run, if at all (docs/results.md, "Engine speed on the CPU"); and a compiled forward's
+    logits differ from eager's in their last bits, so a sampled search's records differ."""
     if isinstance(mode, bool):
         return mode
     if mode not in MODES:
