@@ -119,3 +119,51 @@ def test_compiled_scores_do_not_depend_on_the_batch():
     assert torch.equal(among, alone)
     decoded = engine().generate([target], max_new_tokens=10, temperature=0)[0]
     assert engine().generate([target, *others[:20]], max_new_tokens=10, temperature=0)[0] == decoded
+
+
+def _cannot_compile(gm, example_inputs):
+    """A torch.compile backend that fails as a missing compiler or an inductor error does."""
+    raise RuntimeError("no compiler for this device\n(details, many lines of them)")
+
+
+def test_auto_runs_eagerly_where_the_forward_cannot_be_compiled(monkeypatch, caplog):
+    """compile="auto" (here made to compile on the CPU) on a device where compiling fails:
+    the engine says why, once, and runs eagerly from that first forward on, with the
+    eager engine's tokens; "on" raises, naming the cause and the setting that avoids it."""
+    monkeypatch.setattr(compiled, "enabled", lambda mode, device: mode in ("auto", "on"))
+    monkeypatch.setattr(compiled, "BACKEND", _cannot_compile)
+    model, tok = _model(2)
+    prompts = [random_tokens(n, seed=n) for n in (5, 11, 23)]
+    want = Engine(model, tok, kv_budget_tokens=4096, compile="off").generate(prompts, max_new_tokens=6, temperature=0)
+    engine = Engine(model, tok, kv_budget_tokens=4096, compile="auto")
+    assert engine.runner.compiled is not None
+    with caplog.at_level("WARNING", logger="ets.engine.runner"):
+        assert engine.generate(prompts, max_new_tokens=6, temperature=0) == want
+        assert engine.generate(prompts[:1], max_new_tokens=6, temperature=0) == want[:1]
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "RuntimeError: no compiler for this device" in warned[0]
+    assert "policy.compile: off" in warned[0]
+    assert engine.stats()["compile_failed"] == 1 and engine.stats()["compiled_graphs"] == 0
+    engine.check()
+    with pytest.raises(RuntimeError, match=r"compile=on: .*\(RuntimeError: no compiler for this device\); "
+                                           r"set policy.compile: off"):
+        Engine(model, tok, kv_budget_tokens=4096, compile="on").generate(prompts, max_new_tokens=6, temperature=0)
+
+
+def test_the_cuda_graph_forward_runs_its_host_side_on_the_cpu(monkeypatch):
+    """The compiled forward as CUDA gets it (compiled.cudagraph_options: the graph
+    partitioned at the attention op, rows padded to buckets, each step marked, outputs
+    copied out), run on the CPU, where inductor partitions the graph but records no CUDA
+    graph: its tokens and scores are the eager engine's."""
+    monkeypatch.setattr(compiled, "cudagraph_options", lambda device: {"graph_partition": True})
+    model, tok = _model(4)
+    engine = Engine(model, tok, kv_budget_tokens=4096, compile="on")
+    eager = Engine(model, tok, kv_budget_tokens=4096, compile="off")
+    assert engine.runner.compiled.cudagraphs and engine.runner.compiled.rows(5) == 6
+    prompts = [random_tokens(n, seed=n) for n in (4, 13, 29)]
+    got, want = (e.generate(prompts, max_new_tokens=8, temperature=0) for e in (engine, eager))
+    assert got == want
+    got, want = (e.score(prompts, [[n - 1] for n in (4, 13, 29)], hidden_states=True) for e in (engine, eager))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
+    assert engine.stats()["compiled_graphs"] >= 1

@@ -27,6 +27,10 @@ Padding rows are the runner's own (copies of the last token, K/V to the pool's s
 slot, outputs dropped), so they change no number of the real rows (invariant.py), and
 the compiled forward keeps the engine's batch invariance on the CPU
 (tests/test_engine_compile.py).
+
+A forward that fails before any layer's attention ran (tracing, compiling: a device with
+no compiler, an inductor error) has done nothing, so it can run again eagerly: the runner
+does that under `compile="auto"`, and runs eagerly from then on (`CompileFailed`).
 """
 
 from __future__ import annotations
@@ -49,10 +53,13 @@ MODES = ("auto", "on", "off")
 # False: a graph per padded count (`bucket`)
 DYNAMIC = True
 
+# torch.compile's backend for the forward (a test puts one that fails in its place)
+BACKEND = "inductor"
+
 # the graphs dynamo keeps for each compiled function, at least (CompiledModel)
 RECOMPILE_LIMIT = 64
 
-_current: list[PackedBatch] = []  # the batch of the compiled forward running now (at most one)
+_current: list["_Running"] = []  # the compiled forward running now (at most one)
 
 # CUDA graphs must not capture the attention op: its metadata changes every step
 _TAGS = (torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe") else ()
@@ -65,7 +72,9 @@ def paged_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     layer's new K/V into the pool (which the graph never reads) and returns [1, T, H, D]."""
     if not _current:
         raise RuntimeError(f"the {ATTENTION_NAME!r} attention op only runs inside a compiled ets.engine forward")
-    return attention.attend(_current[-1], layer, query, key, value, scaling, window).contiguous()
+    running = _current[-1]
+    running.layers += 1  # from here on this forward has written to the pool and the kept buffers
+    return attention.attend(running.batch, layer, query, key, value, scaling, window).contiguous()
 
 
 @paged_attention_op.register_fake
@@ -137,6 +146,19 @@ def _hidden(model, input_ids, position_ids):
     return model.base_model(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
 
 
+class CompileFailed(RuntimeError):
+    """The compiled forward raised before any layer's attention ran (tracing, compiling, or
+    the graph's first kernels): nothing of that forward is done, no K/V written and no kept
+    buffer moved, so it can run again eagerly. The cause is chained (`__cause__`)."""
+
+
+class _Running:
+    """The compiled forward running now: its batch, and how many layers' attention ran."""
+
+    def __init__(self, batch: PackedBatch):
+        self.batch, self.layers = batch, 0
+
+
 class CompiledModel:
     """The model's forward compiled: logits at kept rows, or final hidden states; and how
     many graphs its calls compiled (`graphs`), in how many seconds (`compile_seconds`:
@@ -156,7 +178,7 @@ class CompiledModel:
         self.cudagraphs = bool(options)
         # static shapes need few of them; so do CUDA graphs, recorded per shape
         self.pad = self.cudagraphs or not DYNAMIC
-        compile_kw = {"dynamic": DYNAMIC, "options": options or None}
+        compile_kw = {"backend": BACKEND, "dynamic": DYNAMIC, "options": options or None}
         self._logits = torch.compile(_logits, **compile_kw)
         self._hidden = torch.compile(_hidden, **compile_kw)
         self.graphs = 0
@@ -177,7 +199,8 @@ class CompiledModel:
         if self.cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
         _capture.want = states and keep is not None  # a guard of the graph: one with, one without
-        _current.append(batch)
+        running = _Running(batch)
+        _current.append(running)
         try:
             if keep is None:
                 out = self._hidden(self.model, input_ids, position_ids)
@@ -185,6 +208,10 @@ class CompiledModel:
             else:
                 out = self._logits(self.model, input_ids, position_ids, keep)
                 final = _capture.states
+        except Exception as exc:
+            if running.layers:  # part of the forward is done: running it again would redo that part
+                raise
+            raise CompileFailed(_reason(exc)) from exc
         finally:
             _current.pop()
             _capture.want, _capture.states = False, None
@@ -198,6 +225,17 @@ class CompiledModel:
             out = out.clone()
             final = final.clone() if final is not None and final is not out else final
         return out, final
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause of a failed compile (dynamo wraps what inductor or a backend
+    raised), as its type and its message's first line (theirs run to dozens of lines)."""
+    seen = {id(exc)}
+    while (inner := getattr(exc, "inner_exception", None) or exc.__cause__) is not None and id(inner) not in seen:
+        exc = inner
+        seen.add(id(exc))
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 class _Capture:

@@ -103,7 +103,8 @@ class Engine:
         cascade buys on a device, `scripts/bench_engine.py --cascade on,off`);
         compile: "on": the model's forward runs under torch.compile, attention an opaque op
         (compiled.py); "off": eagerly; "auto": compiled on CUDA, eager on the CPU
-        (compiled.enabled says why);
+        (compiled.enabled says why), and eager from a first forward that cannot be compiled
+        on (a warning, and `stats()["compile_failed"]`) where "on" raises;
         prepack: "on": on the CPU the model's linear layers run on a copy of their weights
         reordered for oneDNN (linears.py: faster, the copy's memory again); "off": as torch
         runs them; "auto": on where it can be (the CPU, float32 or bfloat16) unless compiled
@@ -136,7 +137,8 @@ class Engine:
         self.step_seconds = dict.fromkeys(STEP_PHASES, 0.0)
         # before the memory plan measures what is free: the packed copy is the model's memory
         self.linears = linears.PackedLinears(model) if linears.packs(prepack, compile, self.device, self.dtype) else None
-        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled.enabled(compile, self.device), advance)
+        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled.enabled(compile, self.device), advance,
+                        compile == "auto")
         # In the device's plan: sized by it, when first needed (`__getattr__`), or, with
         # `kv_budget_tokens`, set aside in it and shown in its report
         self.memory, self.memory_claim = memory, None
@@ -157,12 +159,12 @@ class Engine:
 
     def _build_pool(self, tokens: int) -> None:
         """The pool of `tokens` and what is shaped by it: allocator, runner, scheduler."""
-        batch_invariant, cascade, max_batch_tokens, compiled_forward, advance = self._layout
+        batch_invariant, cascade, max_batch_tokens, compiled_forward, advance, compile_fallback = self._layout
         self.pool = KVPool.for_model(self.model.config, tokens, self.kv_dtype, self.device)
         self.allocator = SlotAllocator(tokens, self.device)
         self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade, compiled_forward,
                                   clock=self.step_seconds, counters=self.counters, linears=self.linears,
-                                  advance=advance)
+                                  advance=advance, compile_fallback=compile_fallback)
         self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters,
                                    runs=advance)
         self.scheduler.relieve = self._spill_newest
@@ -612,7 +614,8 @@ class Engine:
         sequences, nothing planned per sequence: runner.ModelRunner._advance), and
         <phase>_seconds their wall time by phase (STEP_PHASES); compiled_graphs /
         compile_seconds = the graphs a compiled forward compiled since the engine was built
-        and the seconds of the forwards that compiled them (0 when eager)."""
+        and the seconds of the forwards that compiled them (0 when eager); compile_failed =
+        1 when the forward could not be compiled and runs eagerly (compile="auto")."""
         resident = self.allocator.n_used
         compiled_model = self.runner.compiled
         return {
@@ -628,6 +631,7 @@ class Engine:
             **{f"{phase}_seconds": seconds for phase, seconds in self.step_seconds.items()},
             "compiled_graphs": compiled_model.graphs if compiled_model else 0,
             "compile_seconds": compiled_model.compile_seconds if compiled_model else 0.0,
+            "compile_failed": int(self.runner.compile_failure is not None),
         }
 
     def check(self) -> None:

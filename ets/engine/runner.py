@@ -17,6 +17,7 @@ changed, not with the sequences in flight.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from ets.engine.linears import PackedLinears
 from ets.engine.invariant import KEY_BLOCK, MIN_ROWS, least_per_product, round_up
 from ets.engine.table import SlotTable
 from ets.engine.workspace import HEADROOM, DecodeGroups, DecodeKV, Workspace
+
+log = logging.getLogger(__name__)
 
 
 class Outputs(Sequence[torch.Tensor]):
@@ -119,7 +122,7 @@ class ModelRunner:
     def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True,
                  cascade: bool = True, compile: bool = False, clock: dict[str, float] | None = None,
                  counters: dict[str, int] | None = None, linears: PackedLinears | None = None,
-                 advance: bool = True):
+                 advance: bool = True, compile_fallback: bool = False):
         attention.register()
         # seconds by phase, added to: "prepare" (this forward's metadata) and "model" (the
         # model's own code); the engine's clock (Engine.step_seconds) when given
@@ -128,6 +131,9 @@ class ModelRunner:
         self.counters = {"advanced_steps": 0} if counters is None else counters
         # compile: the model's forward runs compiled (compiled.py), its rows padded as it asks
         self.compiled = compiled.CompiledModel(model, pool.device) if compile else None
+        # compile_fallback: a forward that cannot be compiled runs eagerly, and so do all after
+        # it (`compile="auto"`), rather than raising; compile_failure says why it did
+        self.compile_fallback, self.compile_failure = compile_fallback, None
         # the linear layers' oneDNN weights (linears.py), routed to for each forward; None: torch's linears
         self.linears = linears
         self.cascade = cascade  # False: decode sequences with siblings are attended plainly too
@@ -184,25 +190,12 @@ class ModelRunner:
         if rows > n_tokens:  # the padding rows write their K/V to the pool's scratch slot
             slots = torch.cat([slots, slots.new_full((rows - n_tokens,), self.pool.scratch_slot)])
         batch = attention.PackedBatch(self.pool.k, self.pool.v, slots, packed.groups, self.workspace)
-        input_ids, position_ids, keep_t, n_keep = packed.input_ids, packed.position_ids, packed.keep, packed.n_keep
-        hooked = pool is not None and self.compiled is None  # compiled, the graph hands them out
         t_model = time.perf_counter()
-        with self._paged_attention(), (self.linears.routed() if self.linears is not None else contextlib.nullcontext()), \
-                (final_hidden(self.model) if hooked else contextlib.nullcontext()) as states:
-            if self.compiled is not None:
-                out, final = self.compiled.forward(batch, input_ids, position_ids, None if hidden else keep_t,
-                                                   states=pool is not None)
-                out = out[0, keep_t[:n_keep]] if hidden else out[0, :n_keep]
-                states = [final]
-            elif hidden:
-                out = self.model.base_model(
-                    input_ids=input_ids, position_ids=position_ids, use_cache=False, ets_batch=batch
-                ).last_hidden_state[0, keep_t[:n_keep]]
-            else:
-                out = self.model(
-                    input_ids=input_ids, position_ids=position_ids, use_cache=False,
-                    logits_to_keep=keep_t, ets_batch=batch,
-                ).logits[0, :n_keep]
+        try:
+            out, states = self._call_model(batch, packed, hidden, pool is not None)
+        except compiled.CompileFailed as failure:
+            self._stop_compiling(failure)
+            out, states = self._call_model(batch, packed, hidden, pool is not None)
         t_end = t_pooled = time.perf_counter()
         self.clock["model"] += t_end - t_model
         if pool is not None:  # (its time is the embedding's: Engine.embed_seconds)
@@ -212,6 +205,43 @@ class ModelRunner:
         outputs = Outputs(out, packed.first, packed.counts, packed.n_decode == len(packed.order), packed.last_rows)
         self.clock["prepare"] += (t_model - t_start) + (time.perf_counter() - t_pooled)
         return outputs
+
+    def _call_model(self, batch: attention.PackedBatch, packed: "_Packed", hidden: bool, states: bool):
+        """The model's own code over the packed batch, compiled or eager: (the logits at the
+        kept rows, or with `hidden` the final hidden states there; and with `states` a list
+        holding the final hidden states of every row, else an empty list)."""
+        input_ids, position_ids, keep_t, n_keep = packed.input_ids, packed.position_ids, packed.keep, packed.n_keep
+        hooked = states and self.compiled is None  # compiled, the graph hands them out
+        with self._paged_attention(), (self.linears.routed() if self.linears is not None else contextlib.nullcontext()), \
+                (final_hidden(self.model) if hooked else contextlib.nullcontext()) as finals:
+            if self.compiled is not None:
+                out, final = self.compiled.forward(batch, input_ids, position_ids, None if hidden else keep_t,
+                                                   states=states)
+                return (out[0, keep_t[:n_keep]] if hidden else out[0, :n_keep]), [final]
+            if hidden:
+                out = self.model.base_model(
+                    input_ids=input_ids, position_ids=position_ids, use_cache=False, ets_batch=batch
+                ).last_hidden_state[0, keep_t[:n_keep]]
+            else:
+                out = self.model(
+                    input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                    logits_to_keep=keep_t, ets_batch=batch,
+                ).logits[0, :n_keep]
+        return out, finals if hooked else []
+
+    def _stop_compiling(self, failure: compiled.CompileFailed) -> None:
+        """The compiled forward failed before it did anything: with `compile="auto"` say so
+        and run eagerly from now on (this forward too); with "on", raise."""
+        device = self.pool.device
+        if not self.compile_fallback:
+            raise RuntimeError(f"compile=on: the model's forward could not be compiled on {device} ({failure}); "
+                               "set policy.compile: off to run it eagerly") from failure.__cause__
+        log.warning("compile=auto: the model's forward could not be compiled on %s (%s); running it eagerly "
+                    "(set policy.compile: off to skip the attempt)", device, failure)
+        self.compile_failure = str(failure)
+        self.compiled = None
+        # the last forward's packing was padded for the compiled graph: the next one packs afresh
+        self._last = None
 
     def _pack(self, chunks: Sequence[Chunk], record: bool) -> "_Packed":
         """This forward's packing and attention metadata, from its chunks. `record`: when it
