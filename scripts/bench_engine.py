@@ -39,6 +39,7 @@ graphs   (CUDA only) The model's floor as above, eager against replayed from a C
     python scripts/bench_engine.py --compile off,on              # also an engine whose forward is compiled (compiled.py)
     python scripts/bench_engine.py --prepack on,off              # also an engine on torch's own linears (linears.py)
     python scripts/bench_engine.py --advance on,off              # also an engine that plans every decode step (decode_run.py)
+    python scripts/bench_engine.py --suite tree --profile 8      # then where the engine's op time went: its 8 costliest ops
     python scripts/bench_engine.py --suite graphs --model qwen1.5b --device cuda --dtype bfloat16
 
 The last line is `speedup: X.XX` (tree suite, engine / hf, median, the first thread count).
@@ -494,6 +495,8 @@ def tree(model, tok, args) -> tuple[list[str], float]:
         if est["compiled_graphs"]:
             lines.append(f"{name} compiled: {est['compiled_graphs']} graphs over every run, in "
                          f"{est['compile_seconds']:.1f} s (the forwards that compiled them)")
+    if args.profile:
+        lines += profile_lines(backends[engine_name(vs[0], vs)], prompts, args)
     # compiled against eager, prepacked against torch's linears, advancing against planning (or back), repeat by repeat
     for v in [v for v in vs if (v.compile, v.prepack, v.advance) != (vs[0].compile, vs[0].prepack, vs[0].advance)]:
         name, first = engine_name(v, vs), engine_name(vs[0], vs)
@@ -501,6 +504,23 @@ def tree(model, tok, args) -> tuple[list[str], float]:
         lines.append(f"ratio ({name} / {first}), per repeat: median {statistics.median(ratios):.2f} "
                      f"[{min(ratios):.2f}-{max(ratios):.2f}]")
     return lines, ratio
+
+
+def profile_lines(policy, prompts: list[list[int]], args) -> list[str]:
+    """One more run of the tree workload on `policy` under torch's profiler: the ops that
+    took most of its op time (self time, all calls of an op together), and the share of
+    the run's wall that no op accounts for (Python, the interpreter between ops)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    policy.release_all()
+    policy.engine.evict()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        wall = run(policy, prompts, args)["seconds"]
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in ops) / 1e6
+    shares = ", ".join(f"{e.key} {e.self_cpu_time_total / 1e6 / total:.0%}" for e in ops[: args.profile])
+    return [f"profile (one more run, under torch's profiler): op time {total:.2f} s of {wall:.2f} s wall; "
+            f"the ops' self time: {shares}"]
 
 
 def main() -> None:
@@ -537,6 +557,8 @@ def main() -> None:
     g.add_argument("--prompt-tokens", type=int, default=100)
     g.add_argument("--kv-budget", type=int, default=65536)
     g.add_argument("--no-hf", action="store_true", help="skip plain generate in the tree suite")
+    g.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="then profile one more run of the first engine: its N most costly ops' shares of op time")
     g = ap.add_argument_group("scaling")
     g.add_argument("--batches", default="1,8,32,128,512")
     g.add_argument("--context", type=int, default=140)
