@@ -76,7 +76,7 @@ def _weight_bytes(model: str, dtype: torch.dtype) -> int | None:
     return count * dtype.itemsize
 
 
-def _reward_engine(config: RunConfig):
+def reward_engine(config: RunConfig):
     """The step-tag PRM's options, when the run gives it an engine of its own (rewards/
     step_tag.py: scoring on an engine, not the policy's); else None."""
     from ets.rewards.options import parse_options
@@ -102,7 +102,7 @@ def check_memory_notes(config: RunConfig) -> list[str]:
     # the policy's engine with its own settings, a PRM's own engine with its own (rewards/registry.py)
     models = [("policy", policy.model, policy.device, policy.dtype, policy.kv_dtype, policy.kv_budget_tokens,
                ENGINE_MEMORY_MULTIPLE, (policy.prepack, policy.compile))]
-    reward = _reward_engine(config)
+    reward = reward_engine(config)
     if reward is not None:  # its device and dtype as step_tag resolves them: its own, else the policy's
         models.append(("reward", config.reward.model or policy.model, reward.device or policy.device,
                        reward.dtype or policy.dtype, None, reward.kv_budget_tokens, 1,

@@ -15,6 +15,7 @@ from typing import Any
 
 from ets.answers.accuracy import accuracy
 from ets.api import apply_torch_threads, build_reward
+from ets.app.forward_notes import check_forward_notes
 from ets.app.memory_notes import check_memory_notes, run_plans
 from ets.config import RunConfig, model_preset_notes
 from ets.config.sal_recipes import no_effect_note
@@ -178,6 +179,7 @@ def check_config(config: RunConfig) -> str:
             notes.append(f"{key}: {getattr(config, key)} set the {section} keys not given explicitly (`ets presets`)")
     notes.extend(inert_keys_notes(config))
     notes.extend(check_memory_notes(config))
+    notes.extend(check_forward_notes(config))
     if config.search.ets_code:
         notes.append("search.compat: ets_code: the ETS public code's selection and accounting (docs/FIDELITY.md)")
     body = yaml.dump(config.to_dict(), Dumper=_dumper(), sort_keys=False, allow_unicode=True, width=100)

@@ -1,0 +1,45 @@
+"""What `ets run --check` says about how each engine runs its model's forward: compiled or
+eager (`policy.compile`, and what `auto` picks on the device), and on which linear layers
+(`policy.prepack`), before any model loads."""
+
+from __future__ import annotations
+
+import torch
+
+from ets.app.memory_notes import reward_engine
+from ets.config import RunConfig
+from ets.engine import compiled
+from ets.engine.linears import packs
+from ets.models.load import resolve_dtype
+
+
+def forward_note(name: str, device: str, compile: str, prepack: str, dtype: str) -> str:
+    """One line: how `name`'s engine will run its forward on `device` (`compile` its
+    setting: the policy's `policy.compile`, a PRM's own engine's always auto)."""
+    device_t = torch.device(device)
+    setting = f"policy.compile: {compile}" if name == "policy" else "its engine's compile: auto"
+    if compiled.enabled(compile, device_t):
+        how = ("compiled by torch.compile, its pieces between the attention ops replayed as CUDA graphs"
+               if compiled.cudagraph_options(device_t) else "compiled by torch.compile")
+        fallback = ("one that cannot be compiled runs eagerly, with a warning" if compile == "auto"
+                    else "policy.compile: off runs it eagerly")
+        return f"{name} forward on {device}: {how} ({setting}): its first forwards compile, seconds to minutes; {fallback}"
+    linears = ", linear layers on oneDNN's prepacked weights" if packs(prepack, compile, device_t,
+                                                                        resolve_dtype(dtype)) else ""
+    why = "; auto compiles on cuda only" if compile == "auto" else ""
+    return f"{name} forward on {device}: eager{linears} ({setting}{why})"
+
+
+def check_forward_notes(config: RunConfig) -> list[str]:
+    """`--check`'s lines on the forwards of the run's engines: the policy's, and a PRM's own."""
+    from ets.rewards.registry import reward_prepack
+
+    policy = config.policy
+    if policy.backend != "engine":
+        return []
+    notes = [forward_note("policy", policy.device, policy.compile, policy.prepack, policy.dtype)]
+    reward = reward_engine(config)
+    if reward is not None:  # its device and dtype as step_tag resolves them; the engine's default compile
+        notes.append(forward_note("reward", reward.device or policy.device, "auto", reward_prepack(policy.prepack),
+                                  reward.dtype or policy.dtype))
+    return notes

@@ -1,0 +1,36 @@
+"""`ets run --check` says how each engine will run its model's forward (ets/app/forward_notes.py):
+compiled or eager, what `policy.compile: auto` picks on the device, and on which linears."""
+
+from ets.app.cli import main
+from ets.app.forward_notes import forward_note
+from tests.helpers import TINY
+
+ENGINE = ["policy.backend=engine"]
+
+
+def _forward_lines(capsys, *overrides) -> list[str]:
+    assert main(["run", "--config", str(TINY), "--check", *ENGINE, *overrides]) == 0
+    return [line for line in capsys.readouterr().out.splitlines() if " forward on " in line]
+
+
+def test_check_says_auto_runs_eagerly_on_the_cpu_and_on_compiles(capsys):
+    policy, reward = _forward_lines(capsys)  # the tiny config's step-tag PRM has an engine of its own
+    # (the linears prepacked where this torch has oneDNN's kernels: linears.available)
+    assert policy.startswith("# policy forward on cpu: eager")
+    assert policy.endswith("(policy.compile: auto; auto compiles on cuda only)")
+    assert reward.startswith("# reward forward on cpu: eager")
+    assert reward.endswith("(its engine's compile: auto; auto compiles on cuda only)")
+    policy, reward = _forward_lines(capsys, "policy.compile=on")
+    assert policy.startswith("# policy forward on cpu: compiled by torch.compile (policy.compile: on)")
+    assert "CUDA graphs" not in policy and policy.endswith("policy.compile: off runs it eagerly")
+    assert reward.startswith("# reward forward on cpu: eager")
+    assert _forward_lines(capsys, "policy.backend=hf") == []
+
+
+def test_on_cuda_auto_compiles_into_cuda_graphs_and_falls_back_to_eager():
+    # (worked out from the settings alone: no GPU needed)
+    line = forward_note("policy", "cuda", "auto", "auto", "bfloat16")
+    assert "compiled by torch.compile, its pieces between the attention ops replayed as CUDA graphs" in line
+    assert line.endswith("one that cannot be compiled runs eagerly, with a warning")
+    assert forward_note("policy", "cuda", "off", "auto", "bfloat16") == "policy forward on cuda: eager (policy.compile: off)"
+    assert "prepacked" in forward_note("policy", "cpu", "off", "on", "float32")
