@@ -4,6 +4,7 @@ the CPU. (Its logits and greedy tokens against transformers: tests/test_engine_p
 run both eager and compiled.)"""
 
 import gc
+import json
 import weakref
 
 import pytest
@@ -12,7 +13,7 @@ import torch
 from ets.config import ConfigError, PolicyConfig
 from ets.engine import Engine, compiled
 from ets.models.tiny import build_tiny_model
-from tests.helpers import random_tokens
+from tests.helpers import random_tokens, run_cli
 
 
 def test_policy_compile_takes_auto_on_off():
@@ -167,3 +168,27 @@ def test_the_cuda_graph_forward_runs_its_host_side_on_the_cpu(monkeypatch):
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
     assert engine.stats()["compiled_graphs"] >= 1
+
+
+def test_a_run_says_what_compiling_cost_and_auto_finishes_eagerly_where_it_cannot_compile(monkeypatch, tmp_path,
+                                                                                          capsys):
+    """`ets run` with the forward compiled ends with a line of its graphs and compile time;
+    with compile auto where the forward cannot be compiled, the run finishes eagerly, says
+    so, and writes the records of an eager run."""
+    small = ["policy.backend=engine", "data.limit=2", "width=2", "max_depth=2"]
+    assert run_cli(*small, "policy.compile=on", f"output={tmp_path / 'on.jsonl'}") == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if "forward compiled" in x]
+    assert line.startswith("policy forward compiled: 1 graph over ") and "s in the forwards that compiled them" in line
+
+    def records(name: str) -> list[dict]:
+        rows = [json.loads(x) for x in (tmp_path / name).read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k != "wall_time"} for r in rows]
+
+    # eager on torch's linears, as a compiled engine's are when it falls back
+    assert run_cli(*small, "policy.compile=off", "policy.prepack=off", f"output={tmp_path / 'off.jsonl'}") == 0
+    capsys.readouterr()
+    monkeypatch.setattr(compiled, "enabled", lambda mode, device: mode in ("auto", "on"))
+    monkeypatch.setattr(compiled, "BACKEND", _cannot_compile)
+    assert run_cli(*small, "policy.compile=auto", f"output={tmp_path / 'auto.jsonl'}") == 0
+    assert "policy forward: could not be compiled, ran eagerly" in capsys.readouterr().out
+    assert records("auto.jsonl") == records("off.jsonl")

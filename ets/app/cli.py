@@ -90,6 +90,8 @@ def _run(args: argparse.Namespace) -> int:
         print("\n".join(wrap(plan_line(report))))
     if (line := _full_pool_line(summary)) is not None:
         print("\n".join(wrap(line)))
+    for line in _compile_lines(summary):
+        print(line)
     return _workers_lines(summary)
 
 
@@ -118,6 +120,24 @@ def _full_pool_line(summary: dict) -> str | None:
     return (f"KV pool full: {preempted:,} sequences preempted, {spilled:,} locks spilled, "
             f"{stats['computed_tokens'] / stats['generated_tokens']:.2f} tokens computed a token generated"
             f"{f' ({figures})' if figures else ''}: a larger policy.kv_budget_tokens runs faster, with the same results")
+
+
+def _compile_lines(summary: dict) -> list[str]:
+    """For each engine whose forward was compiled (policy.compile), what compiling cost:
+    its graphs and the seconds of the forwards that compiled them; or that it could not be
+    compiled and ran eagerly. No line for an eager engine."""
+    from ets.app.terminal import plural
+
+    lines = []
+    for name in ("policy", "reward"):
+        stats = summary.get(f"{name}_stats") or {}
+        if stats.get("compile_failed"):
+            lines.append(f"{name} forward: could not be compiled, ran eagerly (the warning above says why)")
+        elif stats.get("compiled_graphs"):
+            lines.append(f"{name} forward compiled: {plural(stats['compiled_graphs'], 'graph')} over "
+                         f"{stats.get('steps', 0):,} forwards, {stats['compile_seconds']:.1f} s in the forwards "
+                         "that compiled them")
+    return lines
 
 
 def _workers_lines(summary: dict) -> int:
