@@ -176,6 +176,7 @@ def test_a_run_says_what_compiling_cost_and_auto_finishes_eagerly_where_it_canno
     with compile auto where the forward cannot be compiled, the run finishes eagerly, says
     so, and writes the records of an eager run."""
     small = ["policy.backend=engine", "data.limit=2", "width=2", "max_depth=2"]
+    torch._dynamo.reset()  # as in a fresh process: no graph of an earlier test's model to reuse
     assert run_cli(*small, "policy.compile=on", f"output={tmp_path / 'on.jsonl'}") == 0
     [line] = [x for x in capsys.readouterr().out.splitlines() if "forward compiled" in x]
     assert line.startswith("policy forward compiled: 1 graph over ") and "s in the forwards that compiled them" in line

@@ -103,8 +103,9 @@ class Engine:
         cascade buys on a device, `scripts/bench_engine.py --cascade on,off`);
         compile: "on": the model's forward runs under torch.compile, attention an opaque op
         (compiled.py); "off": eagerly; "auto": compiled on CUDA, eager on the CPU
-        (compiled.enabled says why), and eager from a first forward that cannot be compiled
-        on (a warning, and `stats()["compile_failed"]`) where "on" raises;
+        (compiled.enabled says why); under "auto" a forward that cannot be compiled runs
+        eagerly, and so does every later one (a warning; `stats()["compile_failed"]`), where
+        "on" raises;
         prepack: "on": on the CPU the model's linear layers run on a copy of their weights
         reordered for oneDNN (linears.py: faster, the copy's memory again); "off": as torch
         runs them; "auto": on where it can be (the CPU, float32 or bfloat16) unless compiled
