@@ -16,7 +16,7 @@ from typing import NamedTuple, Sequence
 import torch
 
 from ets.engine.allocator import SlotAllocator
-from ets.engine import compiled, linears
+from ets.engine import linears
 from ets.engine.attention import check_supported
 from ets.engine.decode_run import DecodeStep
 from ets.engine.hidden import Pooling, unit_rows
@@ -138,8 +138,7 @@ class Engine:
         self.step_seconds = dict.fromkeys(STEP_PHASES, 0.0)
         # before the memory plan measures what is free: the packed copy is the model's memory
         self.linears = linears.PackedLinears(model) if linears.packs(prepack, compile, self.device, self.dtype) else None
-        self._layout = (batch_invariant, cascade, max_batch_tokens, compiled.enabled(compile, self.device), advance,
-                        compile == "auto")
+        self._layout = (batch_invariant, cascade, max_batch_tokens, compile, advance)
         # In the device's plan: sized by it, when first needed (`__getattr__`), or, with
         # `kv_budget_tokens`, set aside in it and shown in its report
         self.memory, self.memory_claim = memory, None
@@ -160,12 +159,12 @@ class Engine:
 
     def _build_pool(self, tokens: int) -> None:
         """The pool of `tokens` and what is shaped by it: allocator, runner, scheduler."""
-        batch_invariant, cascade, max_batch_tokens, compiled_forward, advance, compile_fallback = self._layout
+        batch_invariant, cascade, max_batch_tokens, compile, advance = self._layout
         self.pool = KVPool.for_model(self.model.config, tokens, self.kv_dtype, self.device)
         self.allocator = SlotAllocator(tokens, self.device)
-        self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade, compiled_forward,
+        self.runner = ModelRunner(self.model, self.pool, self.table, batch_invariant, cascade, compile,
                                   clock=self.step_seconds, counters=self.counters, linears=self.linears,
-                                  advance=advance, compile_fallback=compile_fallback)
+                                  advance=advance)
         self.scheduler = Scheduler(self.allocator, self.tree, self.table, max_batch_tokens, self.counters,
                                    runs=advance)
         self.scheduler.relieve = self._spill_newest
@@ -632,7 +631,7 @@ class Engine:
             **{f"{phase}_seconds": seconds for phase, seconds in self.step_seconds.items()},
             "compiled_graphs": compiled_model.graphs if compiled_model else 0,
             "compile_seconds": compiled_model.compile_seconds if compiled_model else 0.0,
-            "compile_failed": int(self.runner.compile_failure is not None),
+            "compile_failed": int(self.runner.compile_failed),
         }
 
     def check(self) -> None:

@@ -120,20 +120,20 @@ class _Decoded:
 
 class ModelRunner:
     def __init__(self, model, pool: KVPool, table: SlotTable, batch_invariant: bool = True,
-                 cascade: bool = True, compile: bool = False, clock: dict[str, float] | None = None,
+                 cascade: bool = True, compile: str | bool = False, clock: dict[str, float] | None = None,
                  counters: dict[str, int] | None = None, linears: PackedLinears | None = None,
-                 advance: bool = True, compile_fallback: bool = False):
+                 advance: bool = True):
         attention.register()
         # seconds by phase, added to: "prepare" (this forward's metadata) and "model" (the
         # model's own code); the engine's clock (Engine.step_seconds) when given
         self.clock = {"prepare": 0.0, "model": 0.0} if clock is None else clock
         # "advanced_steps" added to: the forwards `_advance` served (the engine's counters when given)
         self.counters = {"advanced_steps": 0} if counters is None else counters
-        # compile: the model's forward runs compiled (compiled.py), its rows padded as it asks
-        self.compiled = compiled.CompiledModel(model, pool.device) if compile else None
-        # compile_fallback: a forward that cannot be compiled runs eagerly, and so do all after
-        # it (`compile="auto"`), rather than raising; compile_failure says why it did
-        self.compile_fallback, self.compile_failure = compile_fallback, None
+        # compile (auto | on | off, or a bool: compiled.enabled): the model's forward runs
+        # compiled (compiled.py), its rows padded as it asks. Under "auto" a forward that
+        # cannot be compiled runs eagerly, and so do all after it (`compile_failed`)
+        self.compiled = compiled.CompiledModel(model, pool.device) if compiled.enabled(compile, pool.device) else None
+        self.compile_fallback, self.compile_failed = compile == "auto", False
         # the linear layers' oneDNN weights (linears.py), routed to for each forward; None: torch's linears
         self.linears = linears
         self.cascade = cascade  # False: decode sequences with siblings are attended plainly too
@@ -238,7 +238,7 @@ class ModelRunner:
                                "set policy.compile: off to run it eagerly") from failure.__cause__
         log.warning("compile=auto: the model's forward could not be compiled on %s (%s); running it eagerly "
                     "(set policy.compile: off to skip the attempt)", device, failure)
-        self.compile_failure = str(failure)
+        self.compile_failed = True
         self.compiled = None
         # the last forward's packing was padded for the compiled graph: the next one packs afresh
         self._last = None
