@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ets.app.memory_notes import reward_engine
+from ets.app.memory_notes import run_engines
 from ets.config import RunConfig
 from ets.engine import compiled
 from ets.engine.linears import packs
@@ -32,14 +32,4 @@ def forward_note(name: str, device: str, compile: str, prepack: str, dtype: str)
 
 def check_forward_notes(config: RunConfig) -> list[str]:
     """`--check`'s lines on the forwards of the run's engines: the policy's, and a PRM's own."""
-    from ets.rewards.registry import reward_prepack
-
-    policy = config.policy
-    if policy.backend != "engine":
-        return []
-    notes = [forward_note("policy", policy.device, policy.compile, policy.prepack, policy.dtype)]
-    reward = reward_engine(config)
-    if reward is not None:  # its device and dtype as step_tag resolves them; the engine's default compile
-        notes.append(forward_note("reward", reward.device or policy.device, "auto", reward_prepack(policy.prepack),
-                                  reward.dtype or policy.dtype))
-    return notes
+    return [forward_note(e.name, e.device, e.compile, e.prepack, e.dtype) for e in run_engines(config)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -76,7 +77,7 @@ def _weight_bytes(model: str, dtype: torch.dtype) -> int | None:
     return count * dtype.itemsize
 
 
-def reward_engine(config: RunConfig):
+def _reward_engine(config: RunConfig):
     """The step-tag PRM's options, when the run gives it an engine of its own (rewards/
     step_tag.py: scoring on an engine, not the policy's); else None."""
     from ets.rewards.options import parse_options
@@ -90,26 +91,48 @@ def reward_engine(config: RunConfig):
     return options
 
 
-def check_memory_notes(config: RunConfig) -> list[str]:
-    """`--check`'s lines on KV memory: each engine's pool, fixed or forecast from the
-    device's free memory now less the models' weights (read from their files; twice where
-    the engine prepacks its linears, ets/engine/linears.py)."""
+class EngineSettings(NamedTuple):
+    """One engine a run builds, with the settings it is built with."""
+    name: str               # "policy" or "reward"
+    model: str
+    device: str
+    dtype: str
+    kv_dtype: str | None
+    tokens: int | None      # its kv_budget_tokens
+    multiple: int           # memory per pool byte (memory.ENGINE_MEMORY_MULTIPLE, or 1: scoring only)
+    prepack: str
+    compile: str
+
+
+def run_engines(config: RunConfig) -> list[EngineSettings]:
+    """The engines a run builds: the policy's with its own settings (none on another
+    backend), and a PRM's own engine with its own (rewards/registry.py)."""
     from ets.rewards.registry import reward_prepack
 
     policy = config.policy
     if policy.backend != "engine":
         return []
-    # the policy's engine with its own settings, a PRM's own engine with its own (rewards/registry.py)
-    models = [("policy", policy.model, policy.device, policy.dtype, policy.kv_dtype, policy.kv_budget_tokens,
-               ENGINE_MEMORY_MULTIPLE, (policy.prepack, policy.compile))]
-    reward = reward_engine(config)
+    engines = [EngineSettings("policy", policy.model, policy.device, policy.dtype, policy.kv_dtype,
+                              policy.kv_budget_tokens, ENGINE_MEMORY_MULTIPLE, policy.prepack, policy.compile)]
+    reward = _reward_engine(config)
     if reward is not None:  # its device and dtype as step_tag resolves them: its own, else the policy's
-        models.append(("reward", config.reward.model or policy.model, reward.device or policy.device,
-                       reward.dtype or policy.dtype, None, reward.kv_budget_tokens, 1,
-                       (reward_prepack(policy.prepack), "auto")))
+        engines.append(EngineSettings("reward", config.reward.model or policy.model, reward.device or policy.device,
+                                      reward.dtype or policy.dtype, None, reward.kv_budget_tokens, 1,
+                                      reward_prepack(policy.prepack), "auto"))
+    return engines
+
+
+def check_memory_notes(config: RunConfig) -> list[str]:
+    """`--check`'s lines on KV memory: each engine's pool, fixed or forecast from the
+    device's free memory now less the models' weights (read from their files; twice where
+    the engine prepacks its linears, ets/engine/linears.py)."""
+    engines = run_engines(config)
+    if not engines:
+        return []
+    policy = config.policy
     plan = plan_for(policy.device, None, policy.memory_fraction, policy.reward_memory_share)
     fixed, weights = [], 0
-    for name, model, device, dtype, kv_dtype, tokens, multiple, (prepack, compile) in models:
+    for name, model, device, dtype, kv_dtype, tokens, multiple, prepack, compile in engines:
         cfg = _model_config(model)
         if cfg is None:
             return [f"KV memory: the config of {model!r} cannot be read here; the run summary shows the pools"]
