@@ -151,6 +151,79 @@ def test_auto_runs_eagerly_where_the_forward_cannot_be_compiled(monkeypatch, cap
         Engine(model, tok, kv_budget_tokens=4096, compile="on").generate(prompts, max_new_tokens=6, temperature=0)
 
 
+def _fails_at_call(n: int):
+    """A torch.compile backend whose graph runs as traced but fails at its nth call
+    between the first layer's attention and the second's, as a CUDA graph of the piece
+    between them can fail to record: that forward has written the first layer's K/V and
+    moved its kept decode buffers on, the other layers' not."""
+    calls = []
+
+    def midway(out):
+        if len(calls) == n:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        return out
+
+    def backend(gm, example_inputs):
+        first = next(node for node in gm.graph.nodes if "paged_attention" in str(node.target))
+        with gm.graph.inserting_after(first):
+            checked = gm.graph.call_function(midway, (first,))
+        first.replace_all_uses_with(checked, delete_user_cb=lambda user: user is not checked)
+        gm.recompile()
+
+        def run(*args):
+            calls.append(n)
+            return gm(*args)
+        return run
+    return backend
+
+
+def _expansions(engine: Engine, prompts: list[list[int]]) -> list[list[list[int]]]:
+    """Per prompt, 3 siblings (cascade decode) and a single path (plain decode); the second
+    prompt's end 5 tokens before the others', so the kept buffers of both kinds are
+    reused, then compacted in the middle."""
+    tickets = [engine.submit([(prompts[i], 3, i), (prompts[i + 3][:-1], 1, 9 + i)], max_new_tokens=n,
+                             temperature=0.9, ignore_eos=True) for i, n in enumerate((9, 4, 9))]
+    while not all(t.done for t in tickets):
+        engine.step()
+    return [[c.token_ids for c in conts] for t in tickets for conts in engine.collect(t)]
+
+
+@pytest.mark.parametrize("fails_at", [2, 3, 6])
+def test_auto_runs_eagerly_where_a_compiled_forward_fails_after_some_layers_ran(monkeypatch, caplog, fails_at):
+    """A compiled forward that fails midway, its K/V written and kept buffers moved on
+    (a CUDA graph that cannot be recorded): under compile="auto" that forward runs again
+    eagerly, packed afresh, and so does every one after it; the sampled tokens are the
+    eager engine's. An error of the attention op itself is raised as it is."""
+    monkeypatch.setattr(compiled, "enabled", lambda mode, device: mode in ("auto", "on"))
+    model, tok = _model(2)
+    prompts = [random_tokens(n, seed=n) for n in (6, 12, 19, 9, 15, 7)]
+    want = _expansions(Engine(model, tok, kv_budget_tokens=4096, compile="off"), prompts)
+    monkeypatch.setattr(compiled, "BACKEND", _fails_at_call(fails_at))
+    torch._dynamo.reset()  # a graph of this model's shapes compiled by the backend above, not found cached
+    engine = Engine(model, tok, kv_budget_tokens=4096, compile="auto")
+    with caplog.at_level("WARNING", logger="ets.engine.runner"):
+        assert _expansions(engine, prompts) == want
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "operation not permitted when stream is capturing" in warned[0]
+    assert engine.stats()["compile_failed"] == 1
+    engine.check()
+
+
+def test_an_error_of_the_attention_op_is_not_a_compile_failure(monkeypatch):
+    monkeypatch.setattr(compiled, "enabled", lambda mode, device: mode in ("auto", "on"))
+    monkeypatch.setattr(compiled, "BACKEND", lambda gm, example_inputs: gm.forward)
+
+    def broken(*args):
+        raise IndexError("a slot past the pool")
+
+    model, tok = _model(2)
+    engine = Engine(model, tok, kv_budget_tokens=4096, compile="auto")
+    monkeypatch.setattr(compiled.attention, "attend", broken)
+    with pytest.raises(IndexError, match="a slot past the pool"):
+        engine.generate([random_tokens(5, seed=5)], max_new_tokens=2, temperature=0)
+    assert not engine.stats()["compile_failed"]
+
+
 def test_the_cuda_graph_forward_runs_its_host_side_on_the_cpu(monkeypatch):
     """The compiled forward as CUDA gets it (compiled.cudagraph_options: the graph
     partitioned at the attention op, rows padded to buckets, each step marked, outputs

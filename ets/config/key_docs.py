@@ -116,8 +116,9 @@ KEY_DOCS: dict[str, dict[str, str]] = {
                    "pays only over long runs, if at all (15-20 s before the first step on the tiny demo policy, "
                    "about 2 min on SmolLM2-135M with inductor's cache cold; the tree benchmark then ran "
                    "1.05-1.24x and 0.99-1.11x eager) and its last bits differ from eager's, so a sampled "
-                   "search's records do too. Where the forward cannot be compiled (no compiler for the device, "
-                   "an inductor error), `auto` warns and runs eagerly; `on` stops with the cause.",
+                   "search's records do too. Where a compiled forward fails (no compiler for the device, an "
+                   "inductor error, a CUDA graph that cannot be recorded), `auto` warns and runs it and every "
+                   "later one eagerly; `on` stops with the cause.",
         "prepack": "engine: `on` runs the model's linear layers on a copy of their weights reordered once "
                    "for oneDNN (cpu only; float32 or bfloat16; the copy takes the linear weights' memory again); "
                    "`off` runs them as torch does (a PRM's own engine too); `auto` is `on` on the cpu unless "

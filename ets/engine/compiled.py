@@ -28,9 +28,12 @@ slot, outputs dropped), so they change no number of the real rows (invariant.py)
 the compiled forward keeps the engine's batch invariance on the CPU
 (tests/test_engine_compile.py).
 
-A forward that fails before any layer's attention ran (tracing, compiling: a device with
-no compiler, an inductor error) has done nothing, so it can run again eagerly: the runner
-does that under `compile="auto"`, and runs eagerly from then on (`CompileFailed`).
+A compiled forward that fails (tracing, compiling, recording or replaying its graphs: a
+device with no compiler, an inductor error, a CUDA graph that cannot be captured) raises
+`CompileFailed`. Under `compile="auto"` the runner then runs that forward again eagerly,
+and every forward after it: what the failed one did before it raised (K/V written to the
+pool, kept decode buffers moved on) is redone from the pool, which holds every computed
+token. An error of the attention op itself is not a compile failure and is raised as it is.
 """
 
 from __future__ import annotations
@@ -73,8 +76,11 @@ def paged_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     if not _current:
         raise RuntimeError(f"the {ATTENTION_NAME!r} attention op only runs inside a compiled ets.engine forward")
     running = _current[-1]
-    running.layers += 1  # from here on this forward has written to the pool and the kept buffers
-    return attention.attend(running.batch, layer, query, key, value, scaling, window).contiguous()
+    try:
+        return attention.attend(running.batch, layer, query, key, value, scaling, window).contiguous()
+    except Exception as exc:  # an error of the attention, raised by an eager forward too
+        running.raised = exc
+        raise
 
 
 @paged_attention_op.register_fake
@@ -147,16 +153,17 @@ def _hidden(model, input_ids, position_ids):
 
 
 class CompileFailed(RuntimeError):
-    """The compiled forward raised before any layer's attention ran (tracing, compiling, or
-    the graph's first kernels): nothing of that forward is done, no K/V written and no kept
-    buffer moved, so it can run again eagerly. The cause is chained (`__cause__`)."""
+    """The compiled forward raised, not in the attention op (tracing, compiling, recording
+    or replaying its graphs), maybe after some layers ran: the forward can run again
+    eagerly once packed afresh, its kept decode buffers rebuilt from the pool
+    (runner.ModelRunner). The cause is chained (`__cause__`)."""
 
 
 class _Running:
-    """The compiled forward running now: its batch, and how many layers' attention ran."""
+    """The compiled forward running now: its batch, and what its attention op raised."""
 
     def __init__(self, batch: PackedBatch):
-        self.batch, self.layers = batch, 0
+        self.batch, self.raised = batch, None
 
 
 class CompiledModel:
@@ -209,7 +216,7 @@ class CompiledModel:
                 out = self._logits(self.model, input_ids, position_ids, keep)
                 final = _capture.states
         except Exception as exc:
-            if running.layers:  # part of the forward is done: running it again would redo that part
+            if exc is running.raised:
                 raise
             raise CompileFailed(_reason(exc)) from exc
         finally:

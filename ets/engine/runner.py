@@ -181,20 +181,13 @@ class ModelRunner:
         With `pool`, the final hidden states it names are added to its sums, read off the
         model's final norm in this same forward (one gather and one index_add)."""
         t_start = time.perf_counter()
-        packed = self._advance(chunks) if not hidden and self.advance else None
-        if packed is None:
-            packed = self._pack(chunks, record=not hidden and self.advance)
-        # the new tokens' slots, read from the slot table (the scheduler wrote them there)
-        n_tokens, rows = packed.n_tokens, packed.position_ids.shape[1]
-        slots = self.table.rows[packed.table_rows, packed.position_ids[0, :n_tokens]]
-        if rows > n_tokens:  # the padding rows write their K/V to the pool's scratch slot
-            slots = torch.cat([slots, slots.new_full((rows - n_tokens,), self.pool.scratch_slot)])
-        batch = attention.PackedBatch(self.pool.k, self.pool.v, slots, packed.groups, self.workspace)
+        packed, batch = self._prepare(chunks, hidden)
         t_model = time.perf_counter()
         try:
             out, states = self._call_model(batch, packed, hidden, pool is not None)
         except compiled.CompileFailed as failure:
             self._stop_compiling(failure)
+            packed, batch = self._prepare(chunks, hidden)  # the kept buffers rebuilt from the pool
             out, states = self._call_model(batch, packed, hidden, pool is not None)
         t_end = t_pooled = time.perf_counter()
         self.clock["model"] += t_end - t_model
@@ -205,6 +198,19 @@ class ModelRunner:
         outputs = Outputs(out, packed.first, packed.counts, packed.n_decode == len(packed.order), packed.last_rows)
         self.clock["prepare"] += (t_model - t_start) + (time.perf_counter() - t_pooled)
         return outputs
+
+    def _prepare(self, chunks: Sequence[Chunk], hidden: bool) -> tuple["_Packed", attention.PackedBatch]:
+        """This forward's packing (moved on from the last forward's where it can be) and the
+        batch its attention reads."""
+        packed = self._advance(chunks) if not hidden and self.advance else None
+        if packed is None:
+            packed = self._pack(chunks, record=not hidden and self.advance)
+        # the new tokens' slots, read from the slot table (the scheduler wrote them there)
+        n_tokens, rows = packed.n_tokens, packed.position_ids.shape[1]
+        slots = self.table.rows[packed.table_rows, packed.position_ids[0, :n_tokens]]
+        if rows > n_tokens:  # the padding rows write their K/V to the pool's scratch slot
+            slots = torch.cat([slots, slots.new_full((rows - n_tokens,), self.pool.scratch_slot)])
+        return packed, attention.PackedBatch(self.pool.k, self.pool.v, slots, packed.groups, self.workspace)
 
     def _call_model(self, batch: attention.PackedBatch, packed: "_Packed", hidden: bool, states: bool):
         """The model's own code over the packed batch, compiled or eager: (the logits at the
@@ -230,8 +236,11 @@ class ModelRunner:
         return out, finals if hooked else []
 
     def _stop_compiling(self, failure: compiled.CompileFailed) -> None:
-        """The compiled forward failed before it did anything: with `compile="auto"` say so
-        and run eagerly from now on (this forward too); with "on", raise."""
+        """The compiled forward failed: with `compile="auto"` say so and run eagerly from now
+        on, this forward too, packed afresh; with "on", raise. (The failed forward may have
+        written some layers' K/V, which the eager one writes again to the same slots, and
+        moved the kept decode buffers on, which are dropped here and gathered again from
+        the pool.)"""
         device = self.pool.device
         if not self.compile_fallback:
             raise RuntimeError(f"compile=on: the model's forward could not be compiled on {device} ({failure}); "
@@ -240,8 +249,9 @@ class ModelRunner:
                     "(set policy.compile: off to skip the attempt)", device, failure)
         self.compile_failed = True
         self.compiled = None
-        # the last forward's packing was padded for the compiled graph: the next one packs afresh
-        self._last = None
+        self._last = None  # (its packing was padded for the compiled graph)
+        for kind in self.decode_kv.values():
+            kind.reset()
 
     def _pack(self, chunks: Sequence[Chunk], record: bool) -> "_Packed":
         """This forward's packing and attention metadata, from its chunks. `record`: when it
