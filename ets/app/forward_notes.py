@@ -21,8 +21,8 @@ def forward_note(name: str, device: str, compile: str, prepack: str, dtype: str)
     if compiled.enabled(compile, device_t):
         how = ("compiled by torch.compile, its pieces between the attention ops replayed as CUDA graphs"
                if compiled.cudagraph_options(device_t) else "compiled by torch.compile")
-        fallback = ("one that cannot be compiled runs eagerly, with a warning" if compile == "auto"
-                    else "policy.compile: off runs it eagerly")
+        fallback = ("a compiled forward that fails runs again eagerly, as do all after it, with a warning"
+                    if compile == "auto" else "policy.compile: off runs it eagerly")
         return f"{name} forward on {device}: {how} ({setting}): its first forwards compile, seconds to minutes; {fallback}"
     linears = ", linear layers on oneDNN's prepacked weights" if packs(prepack, compile, device_t,
                                                                         resolve_dtype(dtype)) else ""

@@ -103,7 +103,7 @@ class Engine:
         cascade buys on a device, `scripts/bench_engine.py --cascade on,off`);
         compile: "on": the model's forward runs under torch.compile, attention an opaque op
         (compiled.py); "off": eagerly; "auto": compiled on CUDA, eager on the CPU
-        (compiled.enabled says why); under "auto" a forward that cannot be compiled runs
+        (compiled.enabled says why); under "auto" a compiled forward that fails runs again
         eagerly, and so does every later one (a warning; `stats()["compile_failed"]`), where
         "on" raises;
         prepack: "on": on the CPU the model's linear layers run on a copy of their weights

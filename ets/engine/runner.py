@@ -130,8 +130,8 @@ class ModelRunner:
         # "advanced_steps" added to: the forwards `_advance` served (the engine's counters when given)
         self.counters = {"advanced_steps": 0} if counters is None else counters
         # compile (auto | on | off, or a bool: compiled.enabled): the model's forward runs
-        # compiled (compiled.py), its rows padded as it asks. Under "auto" a forward that
-        # cannot be compiled runs eagerly, and so do all after it (`compile_failed`)
+        # compiled (compiled.py), its rows padded as it asks. Under "auto" a compiled forward
+        # that fails runs again eagerly, and so do all after it (`compile_failed`)
         self.compiled = compiled.CompiledModel(model, pool.device) if compiled.enabled(compile, pool.device) else None
         self.compile_fallback, self.compile_failed = compile == "auto", False
         # the linear layers' oneDNN weights (linears.py), routed to for each forward; None: torch's linears
