@@ -291,7 +291,7 @@ class EngineBackend:
     def stats(self) -> dict[str, Any]:
         s = self.engine.stats()
         # its own engine's forwards and what compiling them cost (a shared engine's are the policy's)
-        own = {k: s[k] for k in ("steps", "compiled_graphs", "compile_seconds", "compile_failed")} \
+        own = {k: s[k] for k in ("steps", "compiled_graphs", "compile_seconds", "cudagraph_skips", "compile_failed")} \
             if self.owns_engine else {}
         return {**self._stats, "pool_kv_tokens": int(s["pool_kv_tokens"]), "peak_kv_tokens": int(s["peak_kv_tokens"]),
                 "owns_engine": self.owns_engine, **own}

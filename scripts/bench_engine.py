@@ -370,7 +370,8 @@ def scaling(model, tok, args) -> list[str]:
     for v, engine in engines.items():  # warm-up (a compiled engine compiles here: its time is printed)
         start = time.perf_counter()
         scaling_cell("engine", model, engine, distinct[:2], 2, args.device)
-        print(f"  scaling, {engine_name(v, vs)}: warm-up {time.perf_counter() - start:.1f} s", flush=True)
+        print(f"  scaling, {engine_name(v, vs)}: warm-up {time.perf_counter() - start:.1f} s"
+              f"{skipped_graphs(engine.stats())}", flush=True)
     scaling_cell("floor", model, engines[vs[0]], distinct[:2], 2, args.device)
     for rep in range(args.repeats):
         for b in batches:
@@ -423,6 +424,13 @@ def scaling(model, tok, args) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ tree
+def skipped_graphs(stats: dict) -> str:
+    """", CUDA graphs skipped N times ..." where a compiled engine on CUDA ran graphs
+    without the CUDA graphs it asked for (its figures are then plain compiled kernels')."""
+    skips = stats.get("cudagraph_skips", 0)
+    return f", CUDA graphs skipped {skips} time(s) (TORCH_LOGS=cudagraphs says why)" if skips else ""
+
+
 def tree(model, tok, args) -> tuple[list[str], float]:
     gen = torch.Generator().manual_seed(1)
     # Byte tokens 32..126 (printable, no newline): the step delimiter is rare, so steps
@@ -449,8 +457,8 @@ def tree(model, tok, args) -> tuple[list[str], float]:
             policy.release_all()
             stats = policy.engine.stats()
             print(f"  tree, {name}: first run {time.perf_counter() - start:.1f} s, "
-                  f"{stats['compiled_graphs']} graphs compiled so far, in {stats['compile_seconds']:.1f} s",
-                  flush=True)
+                  f"{stats['compiled_graphs']} graphs compiled so far, in {stats['compile_seconds']:.1f} s"
+                  f"{skipped_graphs(stats)}", flush=True)
     results: dict[str, list[dict]] = {name: [] for name in backends}
     for rep in range(args.repeats):
         for name, policy in backends.items():
@@ -494,7 +502,7 @@ def tree(model, tok, args) -> tuple[list[str], float]:
                      f"{statistics.median(h / r['seconds'] for h, r in zip(shares, results[name])):.0%} of the wall")
         if est["compiled_graphs"]:
             lines.append(f"{name} compiled: {est['compiled_graphs']} graphs over every run, in "
-                         f"{est['compile_seconds']:.1f} s (the forwards that compiled them)")
+                         f"{est['compile_seconds']:.1f} s (the forwards that compiled them){skipped_graphs(est)}")
     if args.profile:
         lines += profile_lines(backends[engine_name(vs[0], vs)], prompts, args)
     # compiled against eager, prepacked against torch's linears, advancing against planning (or back), repeat by repeat

@@ -9,7 +9,8 @@
 #   1. the engine's parity tests on the device (ETS_TEST_DEVICE: logits within 1e-4, the
 #      sampling streams bit for bit, greedy equal to transformers), eager on every
 #      architecture, then compiled on Llama's (a part of its own: compiling takes most of
-#      it, and a failure there costs no eager figure); then one device's memory
+#      it, and a failure there costs no eager figure; its log says how each graph was
+#      partitioned for CUDA graphs, and why any piece went without); then one device's memory
 #      split (scripts/check_memory_split.py): a policy of Qwen2.5-1.5B's shapes and a PRM of
 #      a 7B Mistral's (random, bfloat16), their KV pools sized from the free memory, worked;
 #   2. ETS against REBASE on the demo models on the device: scripts/bench_budget.py on the
@@ -106,9 +107,12 @@ EOF
 part parity 40 env ETS_TEST_DEVICE="$DEVICE" ETS_TEST_COMPILE=off python3 -m pytest -q -p no:cacheprovider \
   tests/test_engine_parity.py
 want parity && tail -n 3 "$OUTDIR/parity.log" | tee -a "$REPORT"
-part compiled 60 env ETS_TEST_DEVICE="$DEVICE" ETS_TEST_COMPILE=on python3 -m pytest -q -p no:cacheprovider \
-  tests/test_engine_parity.py -k llama --durations 3
-want compiled && tail -n 8 "$OUTDIR/compiled.log" | tee -a "$REPORT"
+# (TORCH_LOGS=cudagraphs, uncaptured: the log says how inductor partitioned each graph at the
+# attention op and why any piece ran without a CUDA graph; the report counts those lines)
+part compiled 60 env ETS_TEST_DEVICE="$DEVICE" ETS_TEST_COMPILE=on TORCH_LOGS=cudagraphs python3 -m pytest -q -s \
+  -p no:cacheprovider tests/test_engine_parity.py -k llama --durations 3
+want compiled && { tail -n 8 "$OUTDIR/compiled.log"; grep -E "graph partitions|skipping cudagraphs|distinct sizes" \
+  "$OUTDIR/compiled.log" | sed 's/^.*\] //' | sort | uniq -c | sort -rn | head -n 6; } | tee -a "$REPORT"
 
 # 1b. one device's memory split between a policy of 1.5B shapes and a PRM of 7B shapes
 # (random, bfloat16): the pools sized from the free memory, then worked

@@ -10,6 +10,7 @@ import weakref
 import pytest
 import torch
 
+from ets.app.cli import _compile_lines
 from ets.config import ConfigError, PolicyConfig
 from ets.engine import Engine, compiled
 from ets.models.tiny import build_tiny_model
@@ -228,8 +229,11 @@ def test_the_cuda_graph_forward_runs_its_host_side_on_the_cpu(monkeypatch):
     """The compiled forward as CUDA gets it (compiled.cudagraph_options: the graph
     partitioned at the attention op, rows padded to buckets, each step marked, outputs
     copied out), run on the CPU, where inductor partitions the graph but records no CUDA
-    graph: its tokens and scores are the eager engine's."""
-    monkeypatch.setattr(compiled, "cudagraph_options", lambda device: {"graph_partition": True})
+    graph: its tokens and scores are the eager engine's, and the engine counts the graphs
+    that ran without CUDA graphs."""
+    cuda_options = compiled.cudagraph_options(torch.device("cuda"))  # (worked out from torch's config: no GPU needed)
+    assert cuda_options["graph_partition"] and cuda_options["triton.cudagraphs"]
+    monkeypatch.setattr(compiled, "cudagraph_options", lambda device: cuda_options)
     model, tok = _model(4)
     engine = Engine(model, tok, kv_budget_tokens=4096, compile="on")
     eager = Engine(model, tok, kv_budget_tokens=4096, compile="off")
@@ -241,6 +245,17 @@ def test_the_cuda_graph_forward_runs_its_host_side_on_the_cpu(monkeypatch):
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
     assert engine.stats()["compiled_graphs"] >= 1
+    assert engine.stats()["cudagraph_skips"] >= engine.stats()["compiled_graphs"]  # none recorded on the CPU
+    assert eager.stats()["cudagraph_skips"] == 0
+
+
+def test_the_run_line_says_when_cuda_graphs_were_skipped():
+    stats = {"compiled_graphs": 2, "steps": 1452, "compile_seconds": 61.04}
+    [line] = _compile_lines({"policy_stats": stats})
+    assert line == "policy forward compiled: 2 graphs over 1,452 forwards, 61.0 s in the forwards that compiled them"
+    [line] = _compile_lines({"policy_stats": {**stats, "cudagraph_skips": 1}})
+    assert line.endswith("compiled them; CUDA graphs skipped 1 time, those forwards ran as plain compiled kernels "
+                         "(TORCH_LOGS=cudagraphs says why)")
 
 
 def test_a_run_says_what_compiling_cost_and_auto_finishes_eagerly_where_it_cannot_compile(monkeypatch, tmp_path,
@@ -264,5 +279,5 @@ def test_a_run_says_what_compiling_cost_and_auto_finishes_eagerly_where_it_canno
     monkeypatch.setattr(compiled, "enabled", lambda mode, device: mode in ("auto", "on"))
     monkeypatch.setattr(compiled, "BACKEND", _cannot_compile)
     assert run_cli(*small, "policy.compile=auto", f"output={tmp_path / 'auto.jsonl'}") == 0
-    assert "policy forward: could not be compiled, ran eagerly" in capsys.readouterr().out
+    assert "policy forward: compiled, it failed and ran eagerly" in capsys.readouterr().out
     assert records("auto.jsonl") == records("off.jsonl")

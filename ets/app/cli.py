@@ -124,19 +124,23 @@ def _full_pool_line(summary: dict) -> str | None:
 
 def _compile_lines(summary: dict) -> list[str]:
     """For each engine whose forward was compiled (policy.compile), what compiling cost:
-    its graphs and the seconds of the forwards that compiled them; or that it could not be
-    compiled and ran eagerly. No line for an eager engine."""
+    its graphs and the seconds of the forwards that compiled them, and on CUDA whether any
+    ran without CUDA graphs; or that a compiled forward failed and it ran eagerly. No line
+    for an eager engine."""
     from ets.app.terminal import plural
 
     lines = []
     for name in ("policy", "reward"):
         stats = summary.get(f"{name}_stats") or {}
         if stats.get("compile_failed"):
-            lines.append(f"{name} forward: could not be compiled, ran eagerly (the warning above says why)")
+            lines.append(f"{name} forward: compiled, it failed and ran eagerly (the warning above says why)")
         elif stats.get("compiled_graphs"):
+            skips = stats.get("cudagraph_skips", 0)
             lines.append(f"{name} forward compiled: {plural(stats['compiled_graphs'], 'graph')} over "
                          f"{stats.get('steps', 0):,} forwards, {stats['compile_seconds']:.1f} s in the forwards "
-                         "that compiled them")
+                         "that compiled them" + (f"; CUDA graphs skipped {plural(skips, 'time')}, those forwards "
+                                                 "ran as plain compiled kernels (TORCH_LOGS=cudagraphs says why)"
+                                                 if skips else ""))
     return lines
 
 

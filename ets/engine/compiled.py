@@ -169,7 +169,10 @@ class _Running:
 class CompiledModel:
     """The model's forward compiled: logits at kept rows, or final hidden states; and how
     many graphs its calls compiled (`graphs`), in how many seconds (`compile_seconds`:
-    the calls that compiled, their run included)."""
+    the calls that compiled, their run included); on CUDA, how many times inductor ran a
+    graph without the CUDA graphs asked for (`cudagraph_skips`: a graph that cannot be
+    recorded, e.g. one holding an op that CUDA graphs do not allow, runs as plain compiled
+    kernels; `TORCH_LOGS=cudagraphs` logs why)."""
 
     def __init__(self, model, device: torch.device):
         register()
@@ -190,6 +193,7 @@ class CompiledModel:
         self._hidden = torch.compile(_hidden, **compile_kw)
         self.graphs = 0
         self.compile_seconds = 0.0
+        self.cudagraph_skips = 0
 
     def rows(self, rows: int) -> int:
         """The rows a forward of `rows` rows runs (padded where shapes are few: `bucket`)."""
@@ -201,7 +205,7 @@ class CompiledModel:
         states [1, T, hidden]; and with `states`, the final hidden states, else None)."""
         from torch._dynamo.utils import counters
 
-        before = counters["stats"]["unique_graphs"]
+        before, skips = counters["stats"]["unique_graphs"], counters["inductor"]["cudagraph_skips"]
         start = time.perf_counter()
         if self.cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
@@ -229,6 +233,7 @@ class CompiledModel:
             self.graphs += compiled
             self.compile_seconds += time.perf_counter() - start
         if self.cudagraphs:  # a CUDA graph's outputs are overwritten by its next replay
+            self.cudagraph_skips += counters["inductor"]["cudagraph_skips"] - skips
             out = out.clone()
             final = final.clone() if final is not None and final is not out else final
         return out, final

@@ -614,8 +614,10 @@ class Engine:
         sequences, nothing planned per sequence: runner.ModelRunner._advance), and
         <phase>_seconds their wall time by phase (STEP_PHASES); compiled_graphs /
         compile_seconds = the graphs a compiled forward compiled since the engine was built
-        and the seconds of the forwards that compiled them (0 when eager); compile_failed =
-        1 when the forward could not be compiled and runs eagerly (compile="auto")."""
+        and the seconds of the forwards that compiled them (0 when eager); cudagraph_skips =
+        the times a compiled forward on CUDA ran without the CUDA graphs it asked for
+        (compiled.CompiledModel); compile_failed = 1 when a compiled forward failed and the
+        engine runs eagerly (compile="auto")."""
         resident = self.allocator.n_used
         compiled_model = self.runner.compiled
         return {
@@ -631,6 +633,7 @@ class Engine:
             **{f"{phase}_seconds": seconds for phase, seconds in self.step_seconds.items()},
             "compiled_graphs": compiled_model.graphs if compiled_model else 0,
             "compile_seconds": compiled_model.compile_seconds if compiled_model else 0.0,
+            "cudagraph_skips": compiled_model.cudagraph_skips if compiled_model else 0,
             "compile_failed": int(self.runner.compile_failed),
         }
 

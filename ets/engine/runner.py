@@ -243,9 +243,9 @@ class ModelRunner:
         the pool.)"""
         device = self.pool.device
         if not self.compile_fallback:
-            raise RuntimeError(f"compile=on: the model's forward could not be compiled on {device} ({failure}); "
+            raise RuntimeError(f"compile=on: the model's compiled forward failed on {device} ({failure}); "
                                "set policy.compile: off to run it eagerly") from failure.__cause__
-        log.warning("compile=auto: the model's forward could not be compiled on %s (%s); running it eagerly "
+        log.warning("compile=auto: the model's compiled forward failed on %s (%s); running it eagerly from now on "
                     "(set policy.compile: off to skip the attempt)", device, failure)
         self.compile_failed = True
         self.compiled = None
