@@ -194,7 +194,8 @@ def test_auto_runs_eagerly_where_a_compiled_forward_fails_after_some_layers_ran(
     """A compiled forward that fails midway, its K/V written and kept buffers moved on
     (a CUDA graph that cannot be recorded): under compile="auto" that forward runs again
     eagerly, packed afresh, and so does every one after it; the sampled tokens are the
-    eager engine's. An error of the attention op itself is raised as it is."""
+    eager engine's. (Failing at forward 6, the compaction: without the fresh packing, the
+    first layer's kept buffers would be compacted twice.)"""
     monkeypatch.setattr(compiled, "enabled", lambda mode, device: mode in ("auto", "on"))
     model, tok = _model(2)
     prompts = [random_tokens(n, seed=n) for n in (6, 12, 19, 9, 15, 7)]
@@ -211,6 +212,8 @@ def test_auto_runs_eagerly_where_a_compiled_forward_fails_after_some_layers_ran(
 
 
 def test_an_error_of_the_attention_op_is_not_a_compile_failure(monkeypatch):
+    """An error raised by the attention op inside a compiled forward (an eager forward
+    would raise it too) reaches the caller as it is: no fallback, no warning."""
     monkeypatch.setattr(compiled, "enabled", lambda mode, device: mode in ("auto", "on"))
     monkeypatch.setattr(compiled, "BACKEND", lambda gm, example_inputs: gm.forward)
 
