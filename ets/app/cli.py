@@ -398,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
                                   "default with --workers: a local Ray, started and stopped with the run")
 
     jobs_help = ("runs at a time, each in its own process with its own models, the cores shared out as torch "
-                 "threads; records do not depend on it, wall times do (runs share the CPU)")
+                 "threads and a GPU's KV memory as shares of policy.memory_fraction; records do not depend on "
+                 "it, wall times do (runs share the machine)")
     p = sub.add_parser("demo", parents=[common, overwrite, distributed, wide],
                        help="every method on the bundled demo models and task; prints one table")
     # docs/results.md has W=64 on more problems.

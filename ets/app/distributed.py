@@ -54,9 +54,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from ets.config import ConfigError, RunConfig
+from ets.app.device_share import share_device
 from ets.app.terminal import plural
 from ets.app.worker import Worker
+from ets.config import ConfigError, RunConfig
 from ets.data import Problem
 from ets.loop.controller import PHASES
 
@@ -136,12 +137,14 @@ class Driver:
                  done_ids: set, *, workers: int, chunk: int | None, cpus_per_worker: int | None,
                  gpus_per_worker: float | None, max_restarts: int | None, max_failures: int, bar=None,
                  hook: Callable[["Driver"], None] | None = None):
-        self.ray, self.config, self.write, self.done_ids, self.bar, self.hook = ray, config, write, done_ids, bar, hook
+        self.ray, self.write, self.done_ids, self.bar, self.hook = ray, write, done_ids, bar, hook
         self.workers = workers
         n = len(todo)
         self.chunk = chunk or max(1, min(config.concurrency, math.ceil(n / (workers * CHUNKS_PER_WORKER))))
         self.queue: deque[list[Problem]] = deque(list(todo[i:i + self.chunk]) for i in range(0, n, self.chunk))
         self.cpus, self.gpus = worker_resources(config, workers, cpus_per_worker, gpus_per_worker)
+        # what each worker runs: with a fraction of a GPU, its share of the GPU's memory
+        self.config = share_device(config, self.gpus) if self.gpus else config
         self.max_restarts = 2 * workers if max_restarts is None else max_restarts
         self.max_failures = max_failures
         self.slots = [_Slot(i) for i in range(workers)]

@@ -246,8 +246,7 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
 
     for config in configs:      # after the first, a look at the cache
         build(config.search).prefetch()
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    configs = [c if c.torch_threads is not None else dataclasses.replace(c, torch_threads=threads) for c in configs]
+    configs = job_configs(configs, jobs)
     bar = tqdm(total=len(configs), unit="run", desc=f"{jobs} runs at a time") if show_progress else None
     with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                 initializer=_set_up_worker, initargs=(os.getpid(),)) as pool:
@@ -265,6 +264,16 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
             if bar is not None:
                 bar.close()
         return [f.result() for f in futures]
+
+
+def job_configs(configs: Sequence[RunConfig], jobs: int) -> list[RunConfig]:
+    """The configs as `jobs` processes at a time run them: each with its share of the CPU
+    cores as torch threads (unless it sets its own) and of the GPU's memory (device_share)."""
+    from ets.app.device_share import share_device
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    configs = [c if c.torch_threads is not None else dataclasses.replace(c, torch_threads=threads) for c in configs]
+    return [share_device(c, 1 / jobs) for c in configs]
 
 
 def _set_up_worker(driver: int) -> None:

@@ -103,7 +103,8 @@ KEY_DOCS: dict[str, dict[str, str]] = {
                            "that the KV pools take: the policy's and a PRM's own engine on the same device, each "
                            "with the gather buffers it may keep (up to twice its pool for an engine that "
                            "decodes). null: 0.9 on cuda; on the cpu a fixed pool of 65,536 tokens per engine, so "
-                           "that throughput does not depend on what else the machine holds. The run summary and "
+                           "that throughput does not depend on what else the machine holds. Runs sharing a GPU "
+                           "(`ets sweep --jobs N`) take their share of it (1/N). The run summary and "
                            "`ets run --check` show the split ([backends.md](backends.md)).",
         "reward_memory_share": "The PRM's part of the KV memory `memory_fraction` gives, in (0, 1); null: the "
                                "part at which both pools hold the same number of tokens.",
