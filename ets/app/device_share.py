@@ -1,5 +1,5 @@
-"""Runs that share one GPU: `ets sweep --jobs N` (N processes on the machine's GPUs) and
-Ray workers given a fraction of a GPU (`--gpus-per-worker 0.5`).
+"""Runs that share one GPU: `ets sweep --jobs N` (N processes, each on the default GPU) and
+Ray workers given a fraction of a GPU (`run_distributed(..., gpus_per_worker=0.5)`).
 
 A run sizes its engines' KV pools from the memory its device has free once its models are
 loaded (`policy.memory_fraction`, ets/engine/memory.py). Runs that start together on one
