@@ -62,6 +62,7 @@ class StepTagOptions:
     batch_invariant: bool = True      # forward backend: one sequence per forward, its scores the same whatever
                                       # else is scored (false: padded micro-batches, scores move in the last bits)
     kv_budget_tokens: int | None = None  # own engine: its KV pool in tokens (None: ets.engine.DEFAULT_KV_TOKENS)
+    compile: str | bool = "auto"      # own engine: its forward under torch.compile (auto: on cuda), as policy.compile
     share_policy_engine: bool = False  # same model as the policy: score on the policy's engine
     device: str | None = None         # default: the policy's
     dtype: str | None = None          # default: the policy's
@@ -79,6 +80,9 @@ class StepTagOptions:
             raise ValueError(f"option 'max_batch_tokens' = {self.max_batch_tokens} must be >= 1")
         if self.kv_budget_tokens is not None and self.kv_budget_tokens < 1:
             raise ValueError(f"option 'kv_budget_tokens' = {self.kv_budget_tokens} must be >= 1 (or null: the engine's default)")
+        if isinstance(self.compile, bool):  # YAML reads a bare on / off as true / false
+            self.compile = "on" if self.compile else "off"
+        choice("compile", self.compile, ("auto", "on", "off"))
 
 
 class StepTagPRM(MarkerPRM):
@@ -198,7 +202,7 @@ class StepTagPRM(MarkerPRM):
                     engine = Engine.from_pretrained(model, kv_budget_tokens=options.kv_budget_tokens,
                                                     tokenizer=tokenizer, max_batch_tokens=options.max_batch_tokens,
                                                     memory=plan, memory_name="reward", scoring_only=True,
-                                                    prepack=ctx.prepack)
+                                                    prepack=ctx.prepack, compile=options.compile)
                     if plan is not None and plan is not ctx.memory:
                         plan.resolve()  # a plan of its own: nothing else joins it
                 except PoolTooLarge as exc:

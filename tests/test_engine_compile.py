@@ -252,6 +252,31 @@ def test_the_cuda_graph_forward_runs_its_host_side_on_the_cpu(monkeypatch):
     assert eager.stats()["cudagraph_skips"] == 0
 
 
+def test_a_prms_own_engine_compiles_as_its_option_says():
+    """`reward.options.compile` is the PRM's own engine's `policy.compile`: auto (eager on
+    the CPU), on, off; its scores compiled are the eager ones within 1e-4."""
+    from ets.api import build_reward
+    from ets.config import load_config
+    from ets.policy.build import build_policy
+    from ets.rewards.options import parse_options
+    from ets.rewards.step_tag import StepTagOptions
+    from tests.helpers import TINY
+
+    scores = {}
+    for mode in ("auto", "on", "off"):
+        config = load_config(TINY, ["policy.backend=engine", "reward.options.backend=engine",
+                                    f"reward.options.compile={mode}"])
+        reward = build_reward(config, build_policy(config.policy, config.search))
+        assert (reward.backend.engine.runner.compiled is not None) == (mode == "on")
+        [per_path] = reward.score(["What is 2 + 3?"], [[["2 + 3 = 5", "The answer is 5"], ["2 + 3 = 6"]]])
+        scores[mode] = [s for path in per_path for s in path]
+    torch.testing.assert_close(torch.tensor(scores["on"]), torch.tensor(scores["off"]), atol=1e-4, rtol=0)
+    assert scores["auto"] == scores["off"]
+    assert parse_options(StepTagOptions, {"compile": True}, "step_tag").compile == "on"  # YAML's bare on
+    with pytest.raises(ConfigError, match="option 'compile' = 'sometimes' is not allowed; choose one of: auto, on, off"):
+        parse_options(StepTagOptions, {"compile": "sometimes"}, "step_tag")
+
+
 def test_the_run_line_says_when_cuda_graphs_were_skipped():
     stats = {"compiled_graphs": 2, "steps": 1452, "compile_seconds": 61.04}
     [line] = _compile_lines({"policy_stats": stats})

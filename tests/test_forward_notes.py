@@ -19,11 +19,14 @@ def test_check_says_auto_runs_eagerly_on_the_cpu_and_on_compiles(capsys):
     assert policy.startswith("# policy forward on cpu: eager")
     assert policy.endswith("(policy.compile: auto; auto compiles on cuda only)")
     assert reward.startswith("# reward forward on cpu: eager")
-    assert reward.endswith("(its engine's compile: auto; auto compiles on cuda only)")
+    assert reward.endswith("(reward.options.compile: auto; auto compiles on cuda only)")
     policy, reward = _forward_lines(capsys, "policy.compile=on")
     assert policy.startswith("# policy forward on cpu: compiled by torch.compile (policy.compile: on)")
     assert "CUDA graphs" not in policy and policy.endswith("policy.compile: off runs it eagerly")
     assert reward.startswith("# reward forward on cpu: eager")
+    _, reward = _forward_lines(capsys, "reward.options.compile=on")
+    assert reward.startswith("# reward forward on cpu: compiled by torch.compile (reward.options.compile: on)")
+    assert reward.endswith("reward.options.compile: off runs it eagerly")
     assert _forward_lines(capsys, "policy.backend=hf") == []
 
 

@@ -15,14 +15,15 @@ from ets.models.load import resolve_dtype
 
 def forward_note(name: str, device: str, compile: str, prepack: str, dtype: str) -> str:
     """One line: how `name`'s engine will run its forward on `device` (`compile` its
-    setting: the policy's `policy.compile`, a PRM's own engine's always auto)."""
+    setting: the policy's `policy.compile`, a PRM's own engine's `reward.options.compile`)."""
     device_t = torch.device(device)
-    setting = f"policy.compile: {compile}" if name == "policy" else "its engine's compile: auto"
+    setting = f"policy.compile: {compile}" if name == "policy" else f"reward.options.compile: {compile}"
     if compiled.enabled(compile, device_t):
         how = ("compiled by torch.compile, its pieces between the attention ops replayed as CUDA graphs"
                if compiled.cudagraph_options(device_t) else "compiled by torch.compile")
+        key = "policy.compile" if name == "policy" else "reward.options.compile"
         fallback = ("a compiled forward that fails runs again eagerly, as do all after it, with a warning"
-                    if compile == "auto" else "policy.compile: off runs it eagerly")
+                    if compile == "auto" else f"{key}: off runs it eagerly")
         return f"{name} forward on {device}: {how} ({setting}): its first forwards compile, seconds to minutes; {fallback}"
     linears = ", linear layers on oneDNN's prepacked weights" if packs(prepack, compile, device_t,
                                                                         resolve_dtype(dtype)) else ""

@@ -118,7 +118,7 @@ def run_engines(config: RunConfig) -> list[EngineSettings]:
     if reward is not None:  # its device and dtype as step_tag resolves them: its own, else the policy's
         engines.append(EngineSettings("reward", config.reward.model or policy.model, reward.device or policy.device,
                                       reward.dtype or policy.dtype, None, reward.kv_budget_tokens, 1,
-                                      reward_prepack(policy.prepack), "auto"))
+                                      reward_prepack(policy.prepack), reward.compile))
     return engines
 
 

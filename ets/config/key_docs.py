@@ -119,7 +119,8 @@ KEY_DOCS: dict[str, dict[str, str]] = {
                    "1.05-1.24x and 0.99-1.11x eager) and its last bits differ from eager's, so a sampled "
                    "search's records do too. Where a compiled forward fails (no compiler for the device, an "
                    "inductor error, a CUDA graph that cannot be recorded), `auto` warns and runs it and every "
-                   "later one eagerly; `on` stops with the cause.",
+                   "later one eagerly; `on` stops with the cause. A PRM's own engine has its own key, "
+                   "`reward.options.compile`.",
         "prepack": "engine: `on` runs the model's linear layers on a copy of their weights reordered once "
                    "for oneDNN (cpu only; float32 or bfloat16; the copy takes the linear weights' memory again); "
                    "`off` runs them as torch does (a PRM's own engine too); `auto` is `on` on the cpu unless "
