@@ -252,6 +252,35 @@ def test_the_cuda_graph_forward_runs_its_host_side_on_the_cpu(monkeypatch):
     assert eager.stats()["cudagraph_skips"] == 0
 
 
+def test_on_cuda_only_decode_sized_forwards_are_padded_and_graphed(monkeypatch):
+    """With CUDA's options (run on the CPU, as above), forwards of up to
+    CUDAGRAPH_MAX_ROWS rows are padded to buckets and run the graphed functions; larger
+    ones (here the prefills) run the plain compiled ones, unpadded. Tokens: eager's."""
+    cuda_options = compiled.cudagraph_options(torch.device("cuda"))
+    monkeypatch.setattr(compiled, "cudagraph_options", lambda device: cuda_options)
+    monkeypatch.setattr(compiled, "CUDAGRAPH_MAX_ROWS", 16)
+    model, tok = _model(3)
+    engine = Engine(model, tok, kv_budget_tokens=4096, compile="on")
+    eager = Engine(model, tok, kv_budget_tokens=4096, compile="off")
+    cm = engine.runner.compiled
+    assert cm.rows(5) == 6 and cm.rows(15) == 16 and cm.rows(17) == 17 and cm.rows(40) == 40
+    rows = {"graphed": [], "plain": []}
+
+    def recording(kind, fn):
+        def call(model, input_ids, *args):
+            rows[kind].append(input_ids.shape[1])
+            return fn(model, input_ids, *args)
+        return call
+
+    cm._logits, cm._logits_graphed = recording("plain", cm._logits), recording("graphed", cm._logits_graphed)
+    prompts = [random_tokens(n, seed=n) for n in (9, 21, 30)]
+    got, want = (e.generate(prompts, max_new_tokens=5, temperature=0) for e in (engine, eager))
+    assert got == want
+    assert rows["plain"] and all(r > 16 for r in rows["plain"])      # the prefills, as they are
+    assert rows["graphed"] and all(r == compiled.bucket(r) <= 16 for r in rows["graphed"])  # decode, padded
+    assert engine.stats()["cudagraph_skips"] >= 1  # the graphed graphs, on the CPU
+
+
 def test_a_prms_own_engine_compiles_as_its_option_says():
     """`reward.options.compile` is the PRM's own engine's `policy.compile`: auto (eager on
     the CPU), on, off; its scores compiled are the eager ones within 1e-4."""

@@ -33,7 +33,8 @@ def test_check_says_auto_runs_eagerly_on_the_cpu_and_on_compiles(capsys):
 def test_on_cuda_auto_compiles_into_cuda_graphs_and_falls_back_to_eager():
     # (worked out from the settings alone: no GPU needed)
     line = forward_note("policy", "cuda", "auto", "auto", "bfloat16")
-    assert "compiled by torch.compile, its pieces between the attention ops replayed as CUDA graphs" in line
+    assert ("compiled by torch.compile, its pieces between the attention ops replayed as CUDA graphs in forwards of "
+            "up to 512 rows") in line
     assert line.endswith("a compiled forward that fails runs again eagerly, as do all after it, with a warning")
     assert forward_note("policy", "cuda", "off", "auto", "bfloat16") == "policy forward on cuda: eager (policy.compile: off)"
     assert "prepacked" in forward_note("policy", "cpu", "off", "on", "float32")

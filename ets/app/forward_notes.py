@@ -19,7 +19,8 @@ def forward_note(name: str, device: str, compile: str, prepack: str, dtype: str)
     device_t = torch.device(device)
     setting = f"policy.compile: {compile}" if name == "policy" else f"reward.options.compile: {compile}"
     if compiled.enabled(compile, device_t):
-        how = ("compiled by torch.compile, its pieces between the attention ops replayed as CUDA graphs"
+        how = (f"compiled by torch.compile, its pieces between the attention ops replayed as CUDA graphs in "
+               f"forwards of up to {compiled.CUDAGRAPH_MAX_ROWS} rows"
                if compiled.cudagraph_options(device_t) else "compiled by torch.compile")
         key = "policy.compile" if name == "policy" else "reward.options.compile"
         fallback = ("a compiled forward that fails runs again eagerly, as do all after it, with a warning"

@@ -112,7 +112,8 @@ KEY_DOCS: dict[str, dict[str, str]] = {
                     "twice the tokens in the same memory, its logits about 1e-3 off.",
         "max_batch_tokens": "engine: the tokens of one forward pass.",
         "compile": "engine: `on` runs the model's forward under `torch.compile` (attention an opaque op; on cuda "
-                   "replayed as CUDA graphs, the rows padded to a few sizes); `off` runs it eagerly; `auto` "
+                   "forwards of up to 512 rows replayed as CUDA graphs, the rows padded to a few sizes); `off` runs "
+                   "it eagerly; `auto` "
                    "compiles on cuda, where an eager step is mostly kernel launches, and not on cpu, where it "
                    "pays only over long runs, if at all (15-20 s before the first step on the tiny demo policy, "
                    "about 2 min on SmolLM2-135M with inductor's cache cold; the tree benchmark then ran "

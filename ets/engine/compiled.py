@@ -22,8 +22,9 @@ serves every row count: over the demo policy's tree benchmark, one graph in all;
 run at most five (`CompiledModel.graphs`: logits of all rows or of some, each with the
 final hidden states handed out or not, and hidden states). Static, a graph per padded
 row count (`bucket`) and per kept count. On CUDA, where a CUDA graph is recorded per
-shape, the rows are padded to those few sizes, so that steps reuse a few recordings.
-Padding rows are the runner's own (copies of the last token, K/V to the pool's scratch
+shape, forwards of up to CUDAGRAPH_MAX_ROWS rows (decode steps) are padded to those few
+sizes, so that steps reuse a few recordings; larger ones run compiled without CUDA graphs,
+unpadded, a second set of graphs. Padding rows are the runner's own (copies of the last token, K/V to the pool's scratch
 slot, outputs dropped), so they change no number of the real rows (invariant.py), and
 the compiled forward keeps the engine's batch invariance on the CPU
 (tests/test_engine_compile.py).
@@ -61,6 +62,12 @@ BACKEND = "inductor"
 
 # the graphs dynamo keeps for each compiled function, at least (CompiledModel)
 RECOMPILE_LIMIT = 64
+
+# The most rows of a forward replayed as CUDA graphs (vLLM's largest capture size by
+# default). A larger forward (a long prefill, a PRM scoring many paths) is bound by its
+# matmuls, not by kernel launches: it runs compiled without CUDA graphs and unpadded, where
+# padding it would add up to half its compute and recording it a graph of its own per size.
+CUDAGRAPH_MAX_ROWS = 512
 
 _current: list["_Running"] = []  # the compiled forward running now (at most one)
 
@@ -152,6 +159,16 @@ def _hidden(model, input_ids, position_ids):
     return model.base_model(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
 
 
+# The same forwards, compiled for CUDA graphs: functions of their own, as dynamo keeps a
+# function's graphs by its code object (the call inside is traced into the graph)
+def _logits_graphed(model, input_ids, position_ids, keep):
+    return _logits(model, input_ids, position_ids, keep)
+
+
+def _hidden_graphed(model, input_ids, position_ids):
+    return _hidden(model, input_ids, position_ids)
+
+
 class CompileFailed(RuntimeError):
     """The compiled forward raised, not in the attention op (tracing, compiling, recording
     or replaying its graphs), maybe after some layers ran: the forward can run again
@@ -178,7 +195,7 @@ class CompiledModel:
         register()
         _capture_final_states(model)
         # Every model compiled in a process adds its graphs to the same compiled functions
-        # (`_logits`, `_hidden`: dynamo keeps their graphs by code object, told apart by
+        # (`_logits`, `_hidden`, ...: dynamo keeps their graphs by code object, told apart by
         # guards), past dynamo's default of 8 when a process runs several models (a policy
         # and a PRM, each a few graphs); beyond the limit a forward would run eagerly.
         limit = torch._dynamo.config.recompile_limit
@@ -186,18 +203,23 @@ class CompiledModel:
         self.model = model
         options = cudagraph_options(device)
         self.cudagraphs = bool(options)
-        # static shapes need few of them; so do CUDA graphs, recorded per shape
-        self.pad = self.cudagraphs or not DYNAMIC
-        compile_kw = {"backend": BACKEND, "dynamic": DYNAMIC, "options": options or None}
-        self._logits = torch.compile(_logits, **compile_kw)
-        self._hidden = torch.compile(_hidden, **compile_kw)
+        self._logits = torch.compile(_logits, backend=BACKEND, dynamic=DYNAMIC)
+        self._hidden = torch.compile(_hidden, backend=BACKEND, dynamic=DYNAMIC)
+        if self.cudagraphs:  # forwards of up to CUDAGRAPH_MAX_ROWS rows
+            self._logits_graphed = torch.compile(_logits_graphed, backend=BACKEND, dynamic=DYNAMIC, options=options)
+            self._hidden_graphed = torch.compile(_hidden_graphed, backend=BACKEND, dynamic=DYNAMIC, options=options)
         self.graphs = 0
         self.compile_seconds = 0.0
         self.cudagraph_skips = 0
 
+    def graphed(self, rows: int) -> bool:
+        """Whether a forward of `rows` (padded) rows is replayed as CUDA graphs."""
+        return self.cudagraphs and rows <= CUDAGRAPH_MAX_ROWS
+
     def rows(self, rows: int) -> int:
-        """The rows a forward of `rows` rows runs (padded where shapes are few: `bucket`)."""
-        return bucket(rows) if self.pad else rows
+        """The rows a forward of `rows` rows runs: padded to a `bucket` where shapes must be
+        few (static shapes; CUDA graphs, recorded per shape), else as it is."""
+        return bucket(rows) if not DYNAMIC or self.graphed(rows) else rows
 
     def forward(self, batch: PackedBatch, input_ids, position_ids, keep: torch.Tensor | None,
                 states: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -207,17 +229,18 @@ class CompiledModel:
 
         before, skips = counters["stats"]["unique_graphs"], counters["inductor"]["cudagraph_skips"]
         start = time.perf_counter()
-        if self.cudagraphs:
+        graphed = self.graphed(input_ids.shape[1])
+        if graphed:
             torch.compiler.cudagraph_mark_step_begin()
         _capture.want = states and keep is not None  # a guard of the graph: one with, one without
         running = _Running(batch)
         _current.append(running)
         try:
             if keep is None:
-                out = self._hidden(self.model, input_ids, position_ids)
+                out = (self._hidden_graphed if graphed else self._hidden)(self.model, input_ids, position_ids)
                 final = out if states else None
             else:
-                out = self._logits(self.model, input_ids, position_ids, keep)
+                out = (self._logits_graphed if graphed else self._logits)(self.model, input_ids, position_ids, keep)
                 final = _capture.states
         except Exception as exc:
             if exc is running.raised:
@@ -232,7 +255,7 @@ class CompiledModel:
         if compiled:
             self.graphs += compiled
             self.compile_seconds += time.perf_counter() - start
-        if self.cudagraphs:  # a CUDA graph's outputs are overwritten by its next replay
+        if graphed:  # a CUDA graph's outputs are overwritten by its next replay
             self.cudagraph_skips += counters["inductor"]["cudagraph_skips"] - skips
             out = out.clone()
             final = final.clone() if final is not None and final is not out else final
