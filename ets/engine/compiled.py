@@ -20,7 +20,7 @@ attention runs eagerly between them.
 Shapes: the packed row count changes every step. Marked dynamic (`DYNAMIC`), one graph
 serves every row count: over the demo policy's tree benchmark, one graph in all; over any
 run at most five (`CompiledModel.graphs`: logits of all rows or of some, each with the
-final hidden states handed out or not, and hidden states). Static, a graph per padded
+final hidden states handed out or not, and hidden states), on CUDA twice that (below). Static, a graph per padded
 row count (`bucket`) and per kept count. On CUDA, where a CUDA graph is recorded per
 shape, forwards of up to CUDAGRAPH_MAX_ROWS rows (decode steps) are padded to those few
 sizes, so that steps reuse a few recordings; larger ones run compiled without CUDA graphs,
