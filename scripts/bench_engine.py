@@ -427,8 +427,10 @@ def scaling(model, tok, args) -> list[str]:
 def skipped_graphs(stats: dict) -> str:
     """", CUDA graphs skipped N times ..." where a compiled engine on CUDA ran graphs
     without the CUDA graphs it asked for (its figures are then plain compiled kernels')."""
+    from ets.engine.compiled import CompiledModel
+
     skips = stats.get("cudagraph_skips", 0)
-    return f", CUDA graphs skipped {skips} time(s) (TORCH_LOGS=cudagraphs says why)" if skips else ""
+    return f", {CompiledModel.skips_note(skips)}" if skips else ""
 
 
 def tree(model, tok, args) -> tuple[list[str], float]:

@@ -128,6 +128,7 @@ def _compile_lines(summary: dict) -> list[str]:
     ran without CUDA graphs; or that a compiled forward failed and it ran eagerly. No line
     for an eager engine."""
     from ets.app.terminal import plural
+    from ets.engine.compiled import CompiledModel
 
     lines = []
     for name in ("policy", "reward"):
@@ -138,9 +139,7 @@ def _compile_lines(summary: dict) -> list[str]:
             skips = stats.get("cudagraph_skips", 0)
             lines.append(f"{name} forward compiled: {plural(stats['compiled_graphs'], 'graph')} over "
                          f"{stats.get('steps', 0):,} forwards, {stats['compile_seconds']:.1f} s in the forwards "
-                         "that compiled them" + (f"; CUDA graphs skipped {plural(skips, 'time')}, those forwards "
-                                                 "ran as plain compiled kernels (TORCH_LOGS=cudagraphs says why)"
-                                                 if skips else ""))
+                         "that compiled them" + (f"; {CompiledModel.skips_note(skips)}" if skips else ""))
     return lines
 
 

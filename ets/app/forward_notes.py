@@ -17,12 +17,12 @@ def forward_note(name: str, device: str, compile: str, prepack: str, dtype: str)
     """One line: how `name`'s engine will run its forward on `device` (`compile` its
     setting: the policy's `policy.compile`, a PRM's own engine's `reward.options.compile`)."""
     device_t = torch.device(device)
-    setting = f"policy.compile: {compile}" if name == "policy" else f"reward.options.compile: {compile}"
+    key = "policy.compile" if name == "policy" else "reward.options.compile"
+    setting = f"{key}: {compile}"
     if compiled.enabled(compile, device_t):
         how = (f"compiled by torch.compile, its pieces between the attention ops replayed as CUDA graphs in "
                f"forwards of up to {compiled.CUDAGRAPH_MAX_ROWS} rows"
                if compiled.cudagraph_options(device_t) else "compiled by torch.compile")
-        key = "policy.compile" if name == "policy" else "reward.options.compile"
         fallback = ("a compiled forward that fails runs again eagerly, as do all after it, with a warning"
                     if compile == "auto" else f"{key}: off runs it eagerly")
         return f"{name} forward on {device}: {how} ({setting}): its first forwards compile, seconds to minutes; {fallback}"

@@ -20,14 +20,14 @@ attention runs eagerly between them.
 Shapes: the packed row count changes every step. Marked dynamic (`DYNAMIC`), one graph
 serves every row count: over the demo policy's tree benchmark, one graph in all; over any
 run at most five (`CompiledModel.graphs`: logits of all rows or of some, each with the
-final hidden states handed out or not, and hidden states), on CUDA twice that (below). Static, a graph per padded
-row count (`bucket`) and per kept count. On CUDA, where a CUDA graph is recorded per
-shape, forwards of up to CUDAGRAPH_MAX_ROWS rows (decode steps) are padded to those few
-sizes, so that steps reuse a few recordings; larger ones run compiled without CUDA graphs,
-unpadded, a second set of graphs. Padding rows are the runner's own (copies of the last token, K/V to the pool's scratch
-slot, outputs dropped), so they change no number of the real rows (invariant.py), and
-the compiled forward keeps the engine's batch invariance on the CPU
-(tests/test_engine_compile.py).
+final hidden states handed out or not, and hidden states), on CUDA twice that (below).
+Static, a graph per padded row count (`bucket`) and per kept count. On CUDA, where a CUDA
+graph is recorded per shape, forwards of up to CUDAGRAPH_MAX_ROWS rows (decode steps) are
+padded to those few sizes, so that steps reuse a few recordings; larger ones run compiled
+without CUDA graphs, unpadded, a second set of graphs. Padding rows are the runner's own
+(copies of the last token, K/V to the pool's scratch slot, outputs dropped), so they
+change no number of the real rows (invariant.py), and the compiled forward keeps the
+engine's batch invariance on the CPU (tests/test_engine_compile.py).
 
 A compiled forward that fails (tracing, compiling, recording or replaying its graphs: a
 device with no compiler, an inductor error, a CUDA graph that cannot be captured) raises
@@ -211,6 +211,12 @@ class CompiledModel:
         self.graphs = 0
         self.compile_seconds = 0.0
         self.cudagraph_skips = 0
+
+    @staticmethod
+    def skips_note(skips: int) -> str:
+        """How `cudagraph_skips` is said to a user (`ets run`'s last line, the benchmarks)."""
+        return (f"CUDA graphs skipped {skips} time{'' if skips == 1 else 's'}, those forwards ran as plain compiled "
+                "kernels (TORCH_LOGS=cudagraphs says why)")
 
     def graphed(self, rows: int) -> bool:
         """Whether a forward of `rows` (padded) rows is replayed as CUDA graphs."""
