@@ -2,6 +2,7 @@
 type, its options reach `vllm.LLM` over the project's defaults, and ets/policy/vllm.py
 imports without vLLM (or its side effects)."""
 
+import importlib.util
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ from transformers import AutoConfig
 from ets.config import ConfigError, PolicyConfig, SearchConfig, load_config
 from ets.demo import CHECKPOINTS
 from ets.policy.vllm import CPU_BLOCK_SIZE, engine_kwargs, kv_bytes_per_token
+from tests.helpers import one_line_error, run_cli
 
 POLICY = str(CHECKPOINTS / "policy")
 
@@ -76,7 +78,27 @@ def test_importing_the_backend_imports_no_vllm():
 
 
 def test_tiny_models_are_refused_before_vllm_loads():
-    with pytest.raises(ValueError, match="path or hub name"):
+    with pytest.raises(ConfigError, match="from a folder or a hub name"):
         from ets.policy.vllm import VLLMPolicy
 
         VLLMPolicy.from_config(PolicyConfig(model="tiny:llama", backend="vllm"), SearchConfig())
+
+
+@pytest.mark.parametrize("argv", [[], ["--workers", "2"], ["--check"]])
+def test_a_vllm_run_that_cannot_start_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch, argv):
+    """A tiny model on vLLM, and (where this Python lacks vLLM, as the project's own test
+    environment does) vLLM itself missing: refused by `ets run` before the output is opened
+    or Ray is started, and by `--check`, each as one line naming the fix."""
+    from ets.app import distributed
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started for a run that cannot start")
+
+    monkeypatch.setattr(distributed, "ray_session", no_ray)
+    out = tmp_path / "r.jsonl"
+    code = run_cli(*argv, "policy.backend=vllm", f"output={out}")
+    assert "policy.model, or use policy.backend=engine" in one_line_error(capsys, code)
+    if importlib.util.find_spec("vllm") is None:
+        code = run_cli(*argv, "policy.backend=vllm", f"policy.model={POLICY}", f"output={out}")
+        assert 'needs vLLM, which this Python does not have: pip install -e ".[vllm]"' in one_line_error(capsys, code)
+    assert not any(tmp_path.iterdir())

@@ -26,7 +26,7 @@ from ets.app.output import OutputError, check_output_path, open_output, read_jso
 from ets.app.terminal import plural
 from ets.app.writer import FULL
 from ets.policy.base import Policy
-from ets.policy.build import build_policy
+from ets.policy.build import build_policy, check_backend
 from ets.strategies import build as build_strategy
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     refused (ets/app/output.py) unless `overwrite`, which starts it afresh. With
     `workers` > 1 or a `ray_address`, the problems are sharded over Ray actors, each
     loading its own models (ets/app/distributed.py); this process still writes the output."""
+    if policy is None:  # a backend that cannot run here fails before anything is read or started
+        check_backend(config.policy, local=ray_address is None)
     if workers > 1 or ray_address is not None:
         if policy is not None or reward is not None:
             raise ValueError("run(workers=...): each worker builds its own policy and reward; pass neither")
@@ -160,6 +162,7 @@ def check_config(config: RunConfig) -> str:
     else:
         check_plugin(obj, config.reward.options, config.reward.name)
     check_devices(config)
+    check_backend(config.policy)
     for model in (config.policy.model, config.reward.model):
         if model and not model.startswith("tiny:"):
             check_model_exists(model)

