@@ -16,7 +16,7 @@ import logging
 
 import pytest
 
-from ets.config import ConfigError, PolicyConfig, SearchConfig
+from ets.config import ConfigError, PolicyConfig, SearchConfig, load_config
 from ets.data import DataError, Problem
 from ets.engine import Engine
 from ets.loop.controller import search
@@ -235,6 +235,24 @@ def test_a_pool_size_on_the_hf_backend_is_named_as_having_no_effect(tmp_path, ca
     caplog.clear()
     assert run("policy.backend=engine", "policy.kv_budget_tokens=96", f"output={tmp_path / 'e.jsonl'}") == 0
     assert not [r for r in caplog.records if "has no effect" in r.getMessage()]
+
+
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_the_engines_forward_settings_are_named_as_having_no_effect_on_another_backend(backend):
+    """policy.compile and policy.max_batch_tokens set the engine's forward alone: set on
+    another backend, `ets run` and `--check` say they do nothing; left as they are, nothing."""
+    from ets.app.run import check_config, inert_keys_notes
+
+    config = load_config(str(TINY), [f"policy.backend={backend}", "policy.compile=on", "policy.max_batch_tokens=512"])
+    [note] = inert_keys_notes(config)
+    assert note.startswith(f"policy.compile: on and policy.max_batch_tokens: 512 have no effect on the {backend} "
+                           "backend: the engine's forward reads them")
+    assert ("policy.vllm" in note) == (backend == "vllm")
+    if backend == "hf":  # (--check on vLLM refuses tiny:llama first)
+        assert f"# {note}" in check_config(config)
+    assert inert_keys_notes(load_config(str(TINY), [f"policy.backend={backend}", "policy.compile=auto"])) == []
+    assert inert_keys_notes(load_config(str(TINY), ["policy.backend=engine", "policy.compile=off",
+                                                    "policy.max_batch_tokens=512"])) == []
 
 
 def test_the_pool_check_counts_the_depth_and_the_context():

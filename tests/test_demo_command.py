@@ -85,7 +85,8 @@ def test_demo_config_matches_the_formats_the_models_were_trained_on():
     # the pool is the engine's; on the hf backend, which keeps none, the demo leaves it unset
     # (a user who sets it there is told it does nothing: tests/test_context.py)
     assert config.policy.kv_budget_tokens and demo_config(backend="hf").policy.kv_budget_tokens is None
-    assert demo_config(backend="hf").policy.inert_keys_note() is None
+    assert demo_config(backend="hf").policy.inert_keys_notes() == []
+    assert demo_config(backend="vllm").policy.inert_keys_notes() == []
 
 
 def test_demo_with_seeds_says_so_and_shows_the_spread(tmp_path, capsys):

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from ets.config import RunConfig, load_config
+from ets.config import PolicyConfig, RunConfig, load_config
 from ets.demo import BAD_TOKEN, GOOD_TOKEN, STEP_TAG
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "demo" / "demo.yaml"
@@ -37,8 +37,13 @@ def demo_config(width: int = 8, problems: int = 10, out: str | Path = "ets-demo"
     config = load_config(DEMO_CONFIG, [
         f"width={width}", f"data.limit={problems}", f"policy.backend={backend}", f"concurrency={problems}",
     ])
-    if backend == "hf":  # it keeps no KV pool: demo.yaml's is the engine's (and vLLM's), not set by the user
-        config = dataclasses.replace(config, policy=dataclasses.replace(config.policy, kv_budget_tokens=None))
+    # demo.yaml's engine settings, which the user did not set, are not said to do nothing on
+    # another backend: the engine's batch size, and on hf (which keeps no KV pool) its pool
+    if backend != "engine":
+        unset = {"max_batch_tokens": PolicyConfig.max_batch_tokens}
+        if backend == "hf":
+            unset["kv_budget_tokens"] = None
+        config = dataclasses.replace(config, policy=dataclasses.replace(config.policy, **unset))
     return dataclasses.replace(config, output=str(Path(out) / "results.jsonl"))
 
 

@@ -132,8 +132,7 @@ def inert_keys_notes(config: RunConfig) -> list[str]:
     if config.num_threads is not None:
         notes.append(f"num_threads: {config.num_threads} has no effect here (in the ETS code it sized SGLang's "
                      f"client threads); problems searched at once: concurrency = {config.concurrency}")
-    if note := config.policy.inert_keys_note():
-        notes.append(note)
+    notes.extend(config.policy.inert_keys_notes())
     notes.extend(no_effect_note(key, value, config.search.method, config.policy.backend)
                  for key, value in config.no_effect.items())
     return notes

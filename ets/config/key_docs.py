@@ -87,7 +87,9 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "model": "The policy: a model folder, a hub name, or `tiny:<arch>` (a small randomly initialised model, "
                  "for tests).",
         "backend": "`engine`: the project's prefix-sharing KV-cache engine; `hf`: plain `transformers` generate "
-                   "(the baseline); `vllm`: vLLM (the `vllm` extra).",
+                   "(the baseline); `vllm`: vLLM (the `vllm` extra, installed where it runs). A key set that the "
+                   "backend does not read (the engine's `compile` and `max_batch_tokens` elsewhere, a pool size "
+                   "on `hf`) is named as doing nothing when the run starts and by `--check`.",
         "device": "Where the models run: `cpu`, `cuda`, `cuda:N` (the GPU numbered N) or `mps`.",
         "dtype": "The models' weights and compute type. `auto`: bfloat16 on cuda, float32 on cpu, float16 on mps.",
         "prompt_template": "The question's text, with the placeholder `{question}`; inside the user turn when a "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -337,18 +337,29 @@ class PolicyConfig:
             raise ConfigError(f"policy.prepack=on: oneDNN prepacked linears run on the cpu for float32 or bfloat16 "
                               f"weights, not {self.dtype} on {self.device}; use policy.prepack=auto or off")
 
-    def inert_keys_note(self) -> str | None:
-        """A line for keys this backend reads nothing from, else None. Not an error (as
+    def inert_keys_notes(self) -> list[str]:
+        """A line for each key set that this backend reads nothing from. Not an error (as
         `kv_dtype` is): a config written for the engine, demo.yaml's, must still run with
         `policy.backend=hf` as the baseline it is compared against."""
+        notes = []
         if self.backend == "hf" and self.kv_budget_tokens is not None:
-            return (f"policy.kv_budget_tokens: {self.kv_budget_tokens:,} has no effect on the hf backend: it keeps "
-                    f"no KV pool (each expansion re-encodes its paths), so admission is bounded by concurrency alone")
+            notes.append(f"policy.kv_budget_tokens: {self.kv_budget_tokens:,} has no effect on the hf backend: it "
+                         f"keeps no KV pool (each expansion re-encodes its paths), so admission is bounded by "
+                         f"concurrency alone")
         if self.backend == "engine" and self.kv_budget_tokens is not None and self.memory_fraction is not None:
-            return (f"policy.memory_fraction: {self.memory_fraction:g} does not size the policy's pool: "
-                    f"policy.kv_budget_tokens ({self.kv_budget_tokens:,}) does; it sizes a PRM's own pool on the "
-                    "same device, unless reward.options.kv_budget_tokens is set")
-        return None
+            notes.append(f"policy.memory_fraction: {self.memory_fraction:g} does not size the policy's pool: "
+                         f"policy.kv_budget_tokens ({self.kv_budget_tokens:,}) does; it sizes a PRM's own pool on the "
+                         "same device, unless reward.options.kv_budget_tokens is set")
+        if self.backend != "engine":  # the engine's forward alone reads these
+            defaults = {f.name: f.default for f in fields(self)}
+            engine_only = [f"policy.{key}: {getattr(self, key)}" for key in ("compile", "max_batch_tokens")
+                           if getattr(self, key) != defaults[key]]
+            if engine_only:
+                own = ("vLLM's own options go under policy.vllm" if self.backend == "vllm"
+                       else "transformers' generate runs the policy as it is")
+                notes.append(f"{' and '.join(engine_only)} {'has' if len(engine_only) == 1 else 'have'} no effect "
+                             f"on the {self.backend} backend: the engine's forward reads {'it' if len(engine_only) == 1 else 'them'}; {own}")
+        return notes
 
 
 @dataclass
