@@ -98,8 +98,9 @@ def search(config: ConfigLike, problems: Iterable[ProblemLike] | None = None, *,
     """Search with everything the config says; one result record per problem, in order
     (the fields of `ets run`'s output lines: ets/loop/record.py).
 
-    `problems`: None for the config's `data` section, else `ets.Problem`s, question strings
-    or dicts with `question` (and `answer`, `id`). A problem without an answer is searched
+    `problems`: None for the config's `data` section, else a list of `ets.Problem`s,
+    question strings or dicts with `question` (and `answer` or `ground_truth`, `id`:
+    ets.data.as_problem). A problem without an answer is searched
     and graded as unknown (`correct: None`). `policy` and `reward`, when given, are used
     instead of building the config's (build them once with `build_policy` / `build_reward`
     to search many times). `concurrency` defaults to the config's. Nothing is written: `ets

@@ -26,10 +26,11 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple, TypeVar
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, TypeVar
 
 from ets.answers.extract import gsm8k_ground_truth, last_boxed
 from ets.config import DataConfig
+from ets.config.checks import did_you_mean
 from ets.paths import special_kind
 
 
@@ -70,31 +71,64 @@ class Problem(_Fields):
         if isinstance(answer, str) and not answer.strip():
             raise DataError(f"Problem {question[:40]!r}: the answer is empty; give answer=None for a problem "
                             "whose ground truth is not known")
-        return super().__new__(cls, question, None if answer is None else str(answer).strip(),
-                               question_id(question) if id is None else id, {} if raw is None else raw)
+        # an id is text, as a data file's is read (a number given is its text); none, or a
+        # blank one, is the question's hash
+        id = question_id(question) if id is None or not str(id).strip() else str(id)
+        return super().__new__(cls, question, None if answer is None else str(answer).strip(), id,
+                               {} if raw is None else raw)
 
 
-def as_problem(item: Problem | str | dict[str, Any], index: int) -> Problem:
+# The keys of a problem given as a dict (`as_problem`): the question, the ground truth (the
+# first of ANSWER_KEYS present; a results record's `answer` is the answer it chose, its
+# `ground_truth` the truth), and the id. Other keys are kept in `Problem.raw`.
+QUESTION_KEYS = ("question", "problem")
+ANSWER_KEYS = ("ground_truth", "answer")
+ID_KEYS = ("unique_id", "id")
+PROBLEM_KEYS = (*QUESTION_KEYS, *ANSWER_KEYS, "solution", *ID_KEYS)
+
+
+def as_problem(item: Problem | str | Mapping[str, Any], index: int) -> Problem:
     """A `Problem` from what a Python caller of `ets.search` may pass: a Problem, a bare
     question string (no ground truth), or a dict with `question` (or `problem`) and,
-    optionally, `answer` and `id` (or `unique_id`). Without an id, the problem's is a hash
-    of its question (see `Problem`); `index` names the item in errors."""
+    optionally, its ground truth (`ground_truth` or `answer`: a GSM8K solution's `####`
+    number, as a GSM8K file gives it; without either, a MATH `solution`'s last box) and
+    `id` (or `unique_id`). Without an id, the problem's is a hash of its question (see
+    `Problem`). A key that looks like a misspelt one of these is refused (its answer would
+    be lost silently); `index` names the item in errors."""
     if isinstance(item, Problem):
         return item
     if isinstance(item, str) and item.strip():
         return Problem(item)
-    if isinstance(item, dict):
-        question = item.get("question", item.get("problem"))
+    if isinstance(item, Mapping):
+        where = f"problem {index}"
+        for key in item:
+            if key not in PROBLEM_KEYS and (hint := did_you_mean(key, PROBLEM_KEYS)):
+                raise DataError(f"{where}: unknown key {key!r}{hint}; a problem's keys are question (or problem), "
+                                "ground_truth or answer (or a MATH solution) and id")
+        question = next((item[k] for k in QUESTION_KEYS if k in item), None)
         if isinstance(question, str) and question.strip():
-            answer = ground_truth(item.get("answer"), "answer", f"problem {index}")
-            return Problem(question, answer, _record_id(item, question), item)
+            key = next((k for k in ANSWER_KEYS if item.get(k) is not None), None)
+            answer = None if key is None else ground_truth(item[key], key, where)
+            if key is None and isinstance(item.get("solution"), str):
+                answer = last_boxed(item["solution"])
+            if isinstance(answer, str) and "####" in answer:  # a GSM8K solution: its final number
+                answer = gsm8k_ground_truth(answer)
+                if answer is None:
+                    raise DataError(f"{where}: {key!r} has a '####' line without a number after it; "
+                                    "write the number there, or give the bare answer")
+            return Problem(question, answer, _record_id(item, question), dict(item))
     raise DataError(f"problem {index}: expected a Problem, a question string or a dict with a 'question' "
                     f"string, got {type(item).__name__} {str(item)[:60]!r}")
 
 
-def as_problems(items: Iterable[Problem | str | dict[str, Any]]) -> list[Problem]:
+def as_problems(items: Iterable[Problem | str | Mapping[str, Any]]) -> list[Problem]:
     """`as_problem` of each item, ids checked distinct: the same question twice would be
-    searched with the same draws (and share one line of a results file)."""
+    searched with the same draws (and share one line of a results file). A single problem
+    (a string, a dict, a Problem) is refused: iterated, it would be searched character by
+    character, or key by key."""
+    if isinstance(items, (str, Mapping, Problem)):
+        raise DataError(f"problems: give a list of problems, not one {type(items).__name__} "
+                        f"({str(items)[:40]!r}); wrap it: [problem]")
     problems = [as_problem(item, index) for index, item in enumerate(items)]
     _check_unique(problems, [f"problem {index}" for index in range(len(problems))])
     return problems

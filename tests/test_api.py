@@ -80,12 +80,39 @@ def test_problems_given_in_python_may_lack_an_answer_and_an_id():
     assert record["ground_truth"] is None and record["correct"] is None
 
 
+def test_a_dicts_ground_truth_is_read_as_a_data_file_would_give_it(tmp_path):
+    """A dict's ground truth: `ground_truth` before `answer` (a results record fed back has
+    both, `answer` being the one it chose), a GSM8K solution's `####` number as `ets run`
+    reads it from a GSM8K file, a MATH solution's last box; an id is text either way."""
+    from ets.config import DataConfig
+    from ets.data import as_problems, load_problems
+
+    solution = "She has 3 + 4 = 7 apples.\n#### 7"
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text(json.dumps({"question": "How many apples?", "answer": solution}) + "\n")
+    (from_file,) = load_problems(DataConfig(path=str(path)))
+    record = {"id": 5, "question": "What is 2 + 3?", "ground_truth": "5", "answer": "6", "correct": False}
+    problems = as_problems([{"question": "How many apples?", "answer": solution}, record,
+                            {"problem": "What is 1 + 2?", "solution": "So it is $\\boxed{3}$."}])
+    assert problems[0] == from_file and problems[0].answer == "7"
+    assert (problems[1].answer, problems[1].id) == ("5", "5") and problems[1].raw == record
+    assert problems[2].answer == "3"
+    assert ets.Problem("What is 1 + 1?", id=7).id == "7"
+    assert ets.Problem("What is 1 + 1?", id=" ").id == question_id("What is 1 + 1?")
+
+
 @pytest.mark.parametrize("config, problems, error, words", [
     (ets.SearchConfig(), None, ets.ConfigError, "ets.search_with(problems, policy, reward, search_config)"),
     (TINY, ["What is 1 + 1?", "What is 1 + 1?"], ets.DataError, "problem 0 and problem 1 have the same problem id"),
     (TINY, [3], ets.DataError, "problem 0: expected a Problem, a question string or a dict"),
     (TINY, None, ets.ConfigError, "unknown key 'widht'"),
     (["What is 1 + 1?"], None, ets.ConfigError, "got list; the problems come second (ets.search(config, problems))"),
+    # one problem, not a list: iterated, it was searched character by character (key by key)
+    (TINY, "What is 1 + 1?", ets.DataError, "give a list of problems, not one str ('What is 1 + 1?'); wrap it"),
+    (TINY, {"question": "What is 1 + 1?"}, ets.DataError, "give a list of problems, not one dict"),
+    # a misspelt key would have lost the answer silently
+    (TINY, [{"question": "What is 1 + 1?", "Answer": "2"}], ets.DataError,
+     "problem 0: unknown key 'Answer' (did you mean 'answer'?)"),
 ])
 def test_bad_input_is_one_clear_error_before_any_model_loads(config, problems, error, words, monkeypatch):
     monkeypatch.setattr("ets.api.build_policy", lambda config: pytest.fail("a model was loaded"))
