@@ -19,10 +19,11 @@ so any option given to one is a ConfigError naming it.
 from __future__ import annotations
 
 import inspect
+import operator
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 from ets.config import METHOD_ALIASES, ConfigError, SearchConfig
 from ets.config.checks import did_you_mean
@@ -97,10 +98,16 @@ class Strategy(ABC):
 
     @abstractmethod
     def select(self, frontier: Frontier) -> Allocation:
-        """{candidate id: children}; sums to at most `frontier.remaining` unless the
-        method's definition says otherwise (beam rounds up; under `compat: ets_code` the ETS
-        code's float32 REBASE arithmetic can hand out more). The loop makes the children in
-        the allocation's order."""
+        """{candidate id: children (an int >= 0)}; sums to at most `frontier.remaining`
+        unless `may_exceed_width`. The loop makes the children in the allocation's order,
+        and refuses an allocation that breaks these rules (`checked_allocation`)."""
+
+    @property
+    def may_exceed_width(self) -> bool:
+        """Whether `select` may hand out more than `frontier.remaining` children, by its
+        method's definition: under `compat: ets_code` the ETS code's arithmetic can (its
+        float32 REBASE, its DVTS subtrees that never shrink); beam rounds its share up."""
+        return self.config.ets_code
 
     def root_children(self, width: int) -> int:
         """How many children the root gets: the width. (Under `compat: ets_code`, REBASE and
@@ -120,6 +127,39 @@ class Strategy(ABC):
         the search is over: every one, unless the method says otherwise (beam with
         sort_completed)."""
         return completed
+
+
+def checked_allocation(allocation, frontier: Frontier, strategy: Strategy) -> Allocation:
+    """`strategy.select`'s answer for `frontier`, its pruned candidates (0 children)
+    dropped; anything but {candidate id: children (an int >= 0)} summing to at most
+    `frontier.remaining` (unless `may_exceed_width`) is a PluginError naming the strategy and
+    the rule, before a child is made (a wrong allocation would make a record that breaks
+    the width, or fail later deep in a policy)."""
+    def refuse(what: str) -> PluginError:
+        return PluginError(f"strategy {strategy.name!r}: select returned {what}; it must return {{candidate id: "
+                           f"children}}, ids from frontier.candidates (node.id), counts ints >= 0 summing to at "
+                           f"most frontier.remaining ({frontier.remaining})")
+
+    if not isinstance(allocation, Mapping):
+        raise refuse(f"a {type(allocation).__name__}")
+    ids = {c.id for c in frontier.candidates}
+    counts: Allocation = {}
+    for key, value in allocation.items():
+        if isinstance(key, Node):
+            raise refuse(f"a node as a key (node {key.id})")
+        if key not in ids:
+            raise refuse(f"{key!r}, not the id of a candidate")
+        try:
+            n = operator.index(value)  # an int, or numpy's
+        except TypeError:
+            raise refuse(f"{value!r} ({type(value).__name__}) children for candidate {key}") from None
+        if n < 0:
+            raise refuse(f"{n} children for candidate {key}")
+        if n:
+            counts[key] = n
+    if not strategy.may_exceed_width and sum(counts.values()) > frontier.remaining:
+        raise refuse(f"{sum(counts.values())} children in all")
+    return counts
 
 
 _REGISTRY: dict[str, type[Strategy]] = {}

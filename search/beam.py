@@ -36,6 +36,8 @@ def beams_kept(width: int, fixed_width: int | None) -> int:
 
 @register("beam")
 class Beam(Strategy):
+    may_exceed_width = True  # each kept beam's share is rounded up
+
     def select(self, frontier: Frontier) -> Allocation:
         cands = distinct(frontier.candidates) if self.config.filter_duplicates else frontier.candidates
         if self.config.ets_code:

@@ -109,3 +109,39 @@ def test_a_plugin_that_raises_is_one_line_naming_its_line(tmp_path, capsys, plug
     msg = one_line_error(capsys, run_cli("method=strat_fault:Fault", f"output={tmp_path / 'r.jsonl'}"))
     sep = ": " if when != "select" else " "
     assert msg == f"ets: error: strategy 'strat_fault:Fault'{sep}{expected}; {DEBUG_HINT}"
+
+
+BAD_ALLOCATIONS = {
+    "more than the width": ("{c.id: frontier.remaining for c in frontier.candidates}", "children in all"),
+    "a negative count": ("{frontier.candidates[0].id: -1}", "-1 children for candidate"),
+    "a float count": ("{frontier.candidates[0].id: 1.0}", "1.0 (float) children for candidate"),
+    "a text count": ("{frontier.candidates[0].id: '1'}", "'1' (str) children for candidate"),
+    "nodes as keys": ("{frontier.candidates[0]: 1}", "a node as a key"),
+    "no mapping": ("[1]", "a list"),
+    "an id that is not a candidate's": ("{10**6: 1}", "1000000, not the id of a candidate"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_ALLOCATIONS)
+def test_an_allocation_that_breaks_the_rules_is_one_line_before_a_child_is_made(tmp_path, capsys, plugins, case):  # noqa: F811
+    """What select returns is checked before a child is made: a sum past the width made a
+    record with more trajectories than its width; a float or text count failed deep in
+    a policy; a negative one pruned silently."""
+    returned, expected = BAD_ALLOCATIONS[case]
+    plugins("strat_alloc.py", "from ets.strategies import Strategy\n\nclass Alloc(Strategy):\n"
+                              f"    def select(self, frontier):\n        return {returned}\n")
+    out = tmp_path / "r.jsonl"
+    msg = one_line_error(capsys, run_cli("method=strat_alloc:Alloc", "width=4", f"output={out}"))
+    assert msg.startswith("ets: error: strategy 'strat_alloc:Alloc': select returned ") and expected in msg
+    assert msg.endswith("counts ints >= 0 summing to at most frontier.remaining (4)")
+    assert not out.exists() or out.read_text() == ""
+
+
+def test_an_allocation_of_numpy_ints_is_taken(tmp_path, plugins):  # noqa: F811
+    plugins("strat_np.py", "import numpy as np\nfrom ets.strategies import Strategy\n\nclass Alloc(Strategy):\n"
+                           "    def select(self, frontier):\n"
+                           "        return {frontier.candidates[0].id: np.int64(frontier.remaining)}\n")
+    out = tmp_path / "r.jsonl"
+    assert run_cli("method=strat_np:Alloc", "width=4", f"output={out}") == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(len(r["trajectories"]) <= 4 for r in records)

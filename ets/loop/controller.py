@@ -82,6 +82,7 @@ from ets.policy.base import ExpandRequest, Policy, Prompt, PromptTooLong, Sampli
 from ets.tree import Node, SearchTree, kv_size
 from ets.rewards.base import validate_scores
 from ets.strategies import Frontier, Strategy, build
+from ets.strategies.base import checked_allocation
 
 log = logging.getLogger(__name__)
 
@@ -513,11 +514,7 @@ class SearchLoop:
         return frontier
 
     def _allocation(self, frontier: Frontier) -> dict[int, int]:
-        alloc = {node_id: n for node_id, n in self.strategy.select(frontier).items() if n > 0}
-        stray = set(alloc) - {c.id for c in frontier.candidates}
-        if stray:
-            raise RuntimeError(f"strategy {self.strategy.name!r} allocated children to non-candidates {sorted(stray)}")
-        return alloc
+        return checked_allocation(self.strategy.select(frontier), frontier, self.strategy)
 
     def _record(self, a: _Active) -> dict[str, Any]:
         config = self.config
