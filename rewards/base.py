@@ -42,28 +42,33 @@ class ProcessRewardModel(ABC):
         return validate_scores(self.score(questions, trajectories), trajectories, self.name)
 
 
-def validate_scores(scores, trajectories, name: str) -> list[list[list[float]]]:
+def validate_scores(scores, trajectories, name: str, ids: Sequence[str] | None = None) -> list[list[list[float]]]:
     """Check `scores` against the shape of `trajectories`; return them as plain floats.
 
     Any wrong shape or value is one `RewardError` line naming the reward and where it is:
     a float (or None) where a list was due, a wrong count of questions, trajectories or
     steps, a value that is not a number, NaN, or a number outside [0, 1]. Lists, tuples,
-    numpy arrays and tensors are accepted at every level.
+    numpy arrays and tensors are accepted at every level. `ids`, the questions' problem
+    ids, name the problem too (a question's place in one call depends on what else was
+    in flight).
     """
     def fail(what: str) -> RewardError:
         return RewardError(f"reward {name!r} returned {what}")
+
+    def question(q: int) -> str:
+        return f"question {q}" + (f" (problem {ids[q]!r})" if ids is not None and q < len(ids) else "")
 
     per_question = _as_list(scores, f"of scores for {len(trajectories)} questions", fail, "")
     if len(per_question) != len(trajectories):
         raise fail(f"scores for {len(per_question)} questions, expected {len(trajectories)}")
     out: list[list[list[float]]] = []
     for q, (per_q, trajs) in enumerate(zip(per_question, trajectories)):
-        per_q = _as_list(per_q, f"of {len(trajs)} trajectories' scores", fail, f" for question {q}")
+        per_q = _as_list(per_q, f"of {len(trajs)} trajectories' scores", fail, f" for {question(q)}")
         if len(per_q) != len(trajs):
-            raise fail(f"{len(per_q)} trajectories for question {q}, expected {len(trajs)}")
+            raise fail(f"{len(per_q)} trajectories for {question(q)}, expected {len(trajs)}")
         out_q = []
         for t, (per_t, steps) in enumerate(zip(per_q, trajs)):
-            where = f" for question {q} trajectory {t}"
+            where = f" for {question(q)} trajectory {t}"
             per_t = _as_list(per_t, f"of {len(steps)} step scores (one per step)", fail, where)
             if len(per_t) != len(steps):
                 raise fail(f"{len(per_t)} step scores{where}, expected {len(steps)}")

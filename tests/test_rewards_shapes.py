@@ -64,8 +64,14 @@ def nothing(questions, trajectories):
     return None
 
 
-@pytest.mark.parametrize("fn, expected", [("per_trajectory", "0.5 (a float) for question 0 trajectory 0"), ("nothing", "None")])
+@pytest.mark.parametrize("fn, expected", [("per_trajectory", "0.5 (a float) for question 0 (problem {id!r}) trajectory 0"),
+                                          ("nothing", "None")])
 def test_ets_run_stops_with_the_named_line_and_exit_2(tmp_path, capsys, fn, expected):
+    """The line names the problem by its id: a question's place in one reward call depends
+    on what else was in flight."""
+    from ets.api import load_problems
+
+    expected = expected.format(id=load_problems(str(TINY))[0].id)
     out = tmp_path / "r.jsonl"
     code = main(["run", "--quiet", "--config", str(TINY), f"output={out}", "data.limit=1",
                  f"reward.name={__name__}:{fn}"])

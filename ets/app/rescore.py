@@ -90,7 +90,7 @@ def rescored(records: Sequence[dict[str, Any]], reward, config: RunConfig) -> li
     questions = [r["question"] for r in records]
     steps = [[t["steps"] for t in r["trajectories"]] for r in records]
     score_fn = getattr(reward, "score", reward)
-    scores = validate_scores(score_fn(questions, steps), steps, config.reward.name)
+    scores = validate_scores(score_fn(questions, steps), steps, config.reward.name, [r["id"] for r in records])
     out = []
     for record, per_problem in zip(records, scores):
         found = [extract("".join(t["steps"]), search.answer_extraction)

@@ -429,7 +429,7 @@ class SearchLoop:
                     child.embedding = embedding
         else:
             scores = self.score_fn(questions, trajectories)
-        scores = validate_scores(scores, trajectories, self.reward_name)
+        scores = validate_scores(scores, trajectories, self.reward_name, [a.problem.id for a in with_children])
         for a, per_problem in zip(with_children, scores):
             for child, step_scores in zip(children[a.index], per_problem):
                 child.score = step_scores[-1]  # the newest step's score drives selection
