@@ -82,6 +82,28 @@ def test_a_mistyped_method_or_reward_gets_the_closest_known_one():
         resolve_reward("stepp_tag")
 
 
+@pytest.mark.parametrize("raw, first, second", [
+    ({"width": 4, "search": {"width": 8}}, "search.width", "width"),
+    ({"search": {"width": 8}, "width": 4}, "search.width", "width"),
+    ({"lambdac": 1, "lambda_c": 2}, "lambdac", "lambda_c"),
+    ({"search": {"fixedwidth": 2}, "fixed_width": 3}, "search.fixedwidth", "fixed_width"),
+])
+def test_a_search_key_given_twice_in_a_config_is_refused(raw, first, second):
+    """The two would have been applied in file order, the later silently winning."""
+    with pytest.raises(ConfigError, match=f"{first} and {second} both set the search key"):
+        config_from_dict(raw)
+
+
+@pytest.mark.parametrize("raw", [{"width": 4, "search": {"method": "ets"}}, {"search": {"method": "ets"}, "width": 4},
+                                 {"search": {"width": 4}}, {"fixedwidth": 4}])
+@pytest.mark.parametrize("override", ["width=8", "search.width=8"])
+def test_an_override_wins_wherever_the_config_has_the_key(raw, override):
+    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    config = config_from_dict(raw, [override, override.replace("width", "fixed_width")])
+    assert (config.search.width, config.search.fixed_width) == (8, 8)
+    assert config_from_dict({"width": 4}, ["width=8", "search.width=6"]).search.width == 6  # the later override
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.yaml")

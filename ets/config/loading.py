@@ -49,7 +49,20 @@ def _split(raw: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str,
     sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
     top: dict[str, Any] = {}
     search_keys = {f.name for f in fields(SearchConfig)}
+    given: dict[str, str] = {}  # search key -> where it was given (top level, search:, an ETS name)
+
+    def once(key: str, written: str) -> None:
+        field = ETS_KEY_ALIASES.get(key, key)
+        if field in given:
+            raise ConfigError(f"{given[field]} and {written} both set the search key {field!r}; keep one")
+        given[field] = written
+
+    if isinstance(raw.get("search"), Mapping):
+        for key in raw["search"]:
+            once(key, f"search.{key}")
     for key, value in raw.items():
+        if key in ETS_KEY_ALIASES or (key in search_keys and key not in SECTIONS and key not in TOP_LEVEL):
+            once(key, key)
         if key in SECTIONS:
             if not isinstance(value, Mapping):
                 raise ConfigError(f"section {key!r} must be a mapping of keys to values")
@@ -107,8 +120,41 @@ def merge_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
                 hint = f" ({path[1]} is a top-level key: {path[1]}={item.split('=', 1)[1]})"
             raise ConfigError(f"override {shown(item)}: use key=value or SECTION.key=value with SECTION in "
                               f"{', '.join(SECTIONS)}{hint}")
+        for where, form in _other_forms(path):  # a search key set here wins wherever the source had it
+            if (isinstance(raw.get(where), Mapping) and form in raw[where]) if where else form in raw:
+                if where:
+                    raw[where] = {k: v for k, v in raw[where].items() if k != form}
+                else:
+                    del raw[form]
         _mapping_at(raw, path[:-1], item)[path[-1]] = value
     return raw
+
+
+def _search_field(path: list[str]) -> str | None:
+    """The search key an override or a config's key path sets (`width`, `search.width`,
+    the ETS name `lambdac`), as SearchConfig names it; None for any other key."""
+    if len(path) == 2 and path[0] == "search":
+        name = path[1]
+    elif len(path) == 1 and path[0] not in SECTIONS and path[0] not in TOP_LEVEL:
+        name = path[0]
+    else:
+        return None
+    name = ETS_KEY_ALIASES.get(name, name)
+    return name if name in {f.name for f in fields(SearchConfig)} else None
+
+
+def _forms(field: str) -> list[tuple[str, str]]:
+    """Every place a search key can be written: (section or "", name), aliases included."""
+    names = [field, *(alias for alias, canonical in ETS_KEY_ALIASES.items() if canonical == field)]
+    return [(where, name) for name in names for where in ("", "search")]
+
+
+def _other_forms(path: list[str]) -> list[tuple[str, str]]:
+    field = _search_field(path)
+    if field is None:
+        return []
+    this = ("search" if len(path) == 2 else "", path[-1])
+    return [form for form in _forms(field) if form != this]
 
 
 def _mapping_at(tree: dict[str, Any], path: list[str], item: str) -> dict[str, Any]:
@@ -179,7 +225,10 @@ def _resolve_relative(raw: dict[str, Any], base: Path) -> None:
 
 
 def config_from_dict(raw: Mapping[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """The config of a mapping (a config file's keys) with `key=value` overrides over it."""
+    """The config of a mapping (a config file's keys) with `key=value` overrides over it.
+    A search key given twice in the mapping (at the top level and in `search:`, or under
+    an ETS name as well) is refused; an override wins over the mapping wherever the key
+    sits there, and of two overrides of one key the later wins, as on a command line."""
     layers = [dict(raw), merge_overrides({}, list(overrides))]
     sal_layers = sal_recipes.take_keys(layers)  # search-and-learn's keys, out of each source
     mine = [item for item in overrides if not _names_one_of(parse_override(item)[0], sal_layers[1])]
