@@ -40,6 +40,7 @@ def load_config(config: ConfigLike | None = None, overrides: Sequence[str] = ())
     folder), or a `RunConfig` itself; `overrides` are `key=value` strings set over it, as
     `ets run` takes them (`width=8`, `policy.model=tiny:qwen2`, `search.options.k=2`).
     None: the defaults."""
+    overrides = _override_list(overrides)
     if isinstance(config, RunConfig):
         return config_from_dict(config.to_dict(), list(overrides)) if overrides else config
     if isinstance(config, SearchConfig):
@@ -53,6 +54,26 @@ def load_config(config: ConfigLike | None = None, overrides: Sequence[str] = ())
     raise ConfigError(f"config: expected a YAML file's path, a dict or a RunConfig, got {type(config).__name__}; "
                       "the problems come second (ets.search(config, problems)), and problems searched with a "
                       "policy and reward you built go to ets.search_with(problems, policy, reward, search_config)")
+
+
+def _override_list(overrides: Sequence[str]) -> list[str]:
+    """`overrides` as the list of `key=value` strings it must be (one string alone would be
+    read character by character)."""
+    if isinstance(overrides, str):
+        raise ConfigError(f"overrides: give a list of key=value strings, e.g. [{overrides!r}], not one string")
+    items = list(overrides)
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"overrides: {item!r} is not a key=value string (e.g. 'width=8')")
+    return items
+
+
+def _check_reward(reward: Any) -> None:
+    """A reward class given where its instance goes is refused (it would fail at its first
+    call, deep in the search)."""
+    if isinstance(reward, type):
+        raise ConfigError(f"reward: {reward.__name__} is a class; pass an instance ({reward.__name__}(...)) or a "
+                          "function, or name it in a config (reward.name: module:Class) to have it built")
 
 
 def apply_torch_threads(config: RunConfig) -> None:
@@ -108,6 +129,7 @@ def search(config: ConfigLike, problems: Iterable[ProblemLike] | None = None, *,
     from ets.strategies import build as build_strategy
 
     config = load_config(config, overrides)
+    _check_reward(reward)
     strategy = build_strategy(config.search)  # an unknown method or option fails before anything loads
     apply_torch_threads(config)
     items = load_problems(config) if problems is None else as_problems(problems)
@@ -133,6 +155,14 @@ def search_with(problems: Iterable[ProblemLike], policy: Policy, reward: Any, co
     built-in backends keep it), else `SearchConfig()`. A problem's result depends only on
     the config, its seed and the problem, not on the other problems or `concurrency`.
     `ets.loop.SearchLoop(...).run()` also returns the run's statistics (`RunStats`)."""
+    if isinstance(config, RunConfig):
+        raise ConfigError("search_with takes the search's SearchConfig: pass run_config.search (the policy and "
+                          "reward are the ones you built), or search with everything a config says: "
+                          "ets.search(run_config, problems)")
+    if config is not None and not isinstance(config, SearchConfig):
+        raise ConfigError(f"search_with's config: expected a SearchConfig, got {type(config).__name__}; "
+                          "build one with ets.SearchConfig(method=..., width=...)")
+    _check_reward(reward)
     if config is None:
         built = getattr(policy, "search", None)
         config = built if isinstance(built, SearchConfig) else SearchConfig()

@@ -113,13 +113,24 @@ def test_a_dicts_ground_truth_is_read_as_a_data_file_would_give_it(tmp_path):
     # a misspelt key would have lost the answer silently
     (TINY, [{"question": "What is 1 + 1?", "Answer": "2"}], ets.DataError,
      "problem 0: unknown key 'Answer' (did you mean 'answer'?)"),
+    (TINY, "overrides", ets.ConfigError, "overrides: give a list of key=value strings, e.g. ['width=2'], not one"),
+    (TINY, "reward class", ets.ConfigError, "reward: ProcessRewardModel is a class; pass an instance"),
 ])
 def test_bad_input_is_one_clear_error_before_any_model_loads(config, problems, error, words, monkeypatch):
     monkeypatch.setattr("ets.api.build_policy", lambda config: pytest.fail("a model was loaded"))
-    overrides = ["widht=2"] if "widht" in words else []
+    overrides = ["widht=2"] if "widht" in words else "width=2" if problems == "overrides" else []
+    reward = ets.rewards.ProcessRewardModel if problems == "reward class" else None
+    problems = ["What is 1 + 1?"] if problems in ("overrides", "reward class") else problems
     with pytest.raises(error) as raised:
-        ets.search(config, problems, overrides=overrides)
+        ets.search(config, problems, overrides=overrides, reward=reward)
     assert words in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_search_with_refuses_what_is_not_a_search_config_in_one_line():
+    run_config = ets.load_config(TINY)
+    for config, words in [(run_config, "pass run_config.search"), ({"width": 2}, "got dict")]:
+        with pytest.raises(ets.ConfigError, match=words):
+            ets.search_with(["What is 1 + 1?"], object(), lambda q, t: [], config)
 
 
 def test_import_ets_stays_cheap_and_every_public_name_resolves():
