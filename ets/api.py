@@ -131,6 +131,10 @@ def search(config: ConfigLike, problems: Iterable[ProblemLike] | None = None, *,
     config = load_config(config, overrides)
     _check_reward(reward)
     strategy = build_strategy(config.search)  # an unknown method or option fails before anything loads
+    if reward is None:
+        from ets.rewards.registry import check_reward
+
+        check_reward(config.reward)  # as do the reward's
     apply_torch_threads(config)
     items = load_problems(config) if problems is None else as_problems(problems)
     policy = policy or build_policy(config)

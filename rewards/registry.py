@@ -27,7 +27,7 @@ from ets.config import ConfigError, PolicyConfig, RewardConfig
 from ets.config.checks import did_you_mean
 from ets.rewards.base import ProcessRewardModel
 from ets.rewards.options import RewardContext, parse_options
-from ets.rewards.plugin import WHEN_BUILT_ADVICE, guard_scoring, make_plugin
+from ets.rewards.plugin import WHEN_BUILT_ADVICE, check_plugin, guard_scoring, make_plugin
 from ets.plugins import import_object
 from ets.rewards.plugin_faults import REWARD, guarded, is_project_module, module_of
 
@@ -76,6 +76,18 @@ def resolve_reward(name: str) -> Any:
         f"known rewards: {', '.join(known_rewards())}; "
         "or give a Python object as module:attr (a function or a ProcessRewardModel subclass)"
     )
+
+
+def check_reward(reward: RewardConfig) -> Any:
+    """What `reward.name` resolves to, its options checked (a built-in's against its
+    Options, a plug-in's against its signature) before any model loads: a typo there would
+    otherwise cost a policy's loading first (`ets run`, `ets.search`, `--check`)."""
+    obj = resolve_reward(reward.name)
+    if hasattr(obj, "Options") and hasattr(obj, "from_config"):
+        parse_options(obj.Options, reward.options, reward.name)
+    else:
+        check_plugin(obj, reward.options, reward.name)
+    return obj
 
 
 def plugin_module(name: str) -> str | None:

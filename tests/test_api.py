@@ -115,12 +115,16 @@ def test_a_dicts_ground_truth_is_read_as_a_data_file_would_give_it(tmp_path):
      "problem 0: unknown key 'Answer' (did you mean 'answer'?)"),
     (TINY, "overrides", ets.ConfigError, "overrides: give a list of key=value strings, e.g. ['width=2'], not one"),
     (TINY, "reward class", ets.ConfigError, "reward: ProcessRewardModel is a class; pass an instance"),
+    (TINY, "reward option", ets.ConfigError, "reward 'step_tag': unknown option 'nope'; allowed options: tag, "),
 ])
 def test_bad_input_is_one_clear_error_before_any_model_loads(config, problems, error, words, monkeypatch):
     monkeypatch.setattr("ets.api.build_policy", lambda config: pytest.fail("a model was loaded"))
-    overrides = ["widht=2"] if "widht" in words else "width=2" if problems == "overrides" else []
-    reward = ets.rewards.ProcessRewardModel if problems == "reward class" else None
-    problems = ["What is 1 + 1?"] if problems in ("overrides", "reward class") else problems
+    # (problems named by a word: the case is in the overrides or the reward)
+    case = problems if problems in ("overrides", "reward class", "reward option") else None
+    overrides = {"overrides": "width=2", "reward option": ["reward.options.nope=1"]}.get(case, [])
+    overrides = ["widht=2"] if "widht" in words else overrides
+    reward = ets.rewards.ProcessRewardModel if case == "reward class" else None
+    problems = ["What is 1 + 1?"] if case else problems
     with pytest.raises(error) as raised:
         ets.search(config, problems, overrides=overrides, reward=reward)
     assert words in str(raised.value) and "\n" not in str(raised.value)

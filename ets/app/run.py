@@ -27,6 +27,7 @@ from ets.app.terminal import plural
 from ets.app.writer import FULL
 from ets.policy.base import Policy
 from ets.policy.build import build_policy, check_backend
+from ets.rewards.registry import check_reward
 from ets.strategies import build as build_strategy
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     loading its own models (ets/app/distributed.py); this process still writes the output."""
     if policy is None:  # a backend that cannot run here fails before anything is read or started
         check_backend(config.policy, local=ray_address is None)
+    if reward is None:  # as do the reward's options
+        check_reward(config.reward)
     if workers > 1 or ray_address is not None:
         if policy is not None or reward is not None:
             raise ValueError("run(workers=...): each worker builds its own policy and reward; pass neither")
@@ -148,18 +151,11 @@ def check_config(config: RunConfig) -> str:
 
     from ets.models.folder import check_model_folder
     from ets.models.load import check_model_exists
-    from ets.rewards.options import parse_options
     from ets.rewards.plugin_faults import is_project_module, module_of
-    from ets.rewards.plugin import check_plugin
-    from ets.rewards.registry import resolve_reward
 
     build_strategy(config.search)
     check_output_path(Path(config.output))
-    obj = resolve_reward(config.reward.name)
-    if hasattr(obj, "Options") and hasattr(obj, "from_config"):
-        parse_options(obj.Options, config.reward.options, config.reward.name)
-    else:
-        check_plugin(obj, config.reward.options, config.reward.name)
+    obj = check_reward(config.reward)
     check_devices(config)
     check_backend(config.policy)
     for model in (config.policy.model, config.reward.model):
