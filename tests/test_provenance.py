@@ -72,6 +72,34 @@ def test_overwrite_starts_the_output_afresh(tmp_path, capsys):
     assert run_cli(out, "data.limit=1", "method=beam") == 0  # and it resumes as beam from now on
 
 
+def files(folder):
+    return {p.name: p.read_bytes() for p in Path(folder).iterdir()}
+
+
+def test_an_overwrite_that_fails_before_its_first_result_leaves_the_old_results(tmp_path, capsys):
+    """--overwrite clears the output when the new run writes its first result, not when it
+    opens it: a run that fails while its models are built (here the PRM's dtype) loses
+    nothing, and the old results still resume."""
+    out = tmp_path / "r.jsonl"
+    assert run_cli(out, "data.limit=2") == 0
+    before = files(tmp_path)
+    assert set(before) == {"r.jsonl", "r.config.json", "r.summary.json"}
+    assert "bf16" in refused(capsys, run_cli(out, "data.limit=2", "method=beam", "reward.options.dtype=bf16",
+                                             "--overwrite"))
+    assert files(tmp_path) == before
+    assert run_cli(out, "data.limit=2") == 0 and files(tmp_path) == before  # nothing left to do
+
+
+def test_a_sweep_overwrite_that_fails_leaves_every_old_output(tmp_path, capsys):
+    out = tmp_path / "sw"
+    argv = ["sweep", "--quiet", "--config", str(TINY), "--methods", "beam,rebase", "--widths", "2",
+            "--out", str(out), "data.limit=1"]
+    assert main(argv) == 0
+    before = files(out)
+    assert "bf16" in refused(capsys, main([*argv, "reward.options.dtype=bf16", "--overwrite"]))
+    assert files(out) == before
+
+
 def test_prepended_problem_is_searched_and_nothing_twice(tmp_path):
     out = tmp_path / "r.jsonl"
     data = data_file(tmp_path, ["What is 1 + 0?", "What is 2 - 1?"])

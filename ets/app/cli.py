@@ -324,7 +324,7 @@ def _sweep(args: argparse.Namespace) -> int:
     check_outputs(sweep_configs(config, methods, widths, out, seeds), load_problems(config.data),
                   overwrite=args.overwrite, way_out="pass another --out folder, or --overwrite to start it afresh")
     rows = run_sweep(config, methods, widths, out, show_progress=not args.quiet, workers=args.workers,
-                     ray_address=args.ray_address, seeds=seeds, jobs=args.jobs)
+                     ray_address=args.ray_address, seeds=seeds, jobs=args.jobs, overwrite=args.overwrite)
     print()
     print("\n".join(sweep_lines(rows, args.wide)))
     print(f"\ntable.md, table.csv and plots (PNG and PDF) in {out}/")
@@ -387,7 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="print every column and the comparisons in full (default: the key figures, within 100 "
                            "columns; every column is in table.md and table.csv either way)")
     overwrite.add_argument("--overwrite", action="store_true",
-                           help="start the output afresh: its old results are removed (default: resume it)")
+                           help="start the output afresh: its old results are removed once the new run writes "
+                                "its first result (default: resume it)")
     distributed = argparse.ArgumentParser(add_help=False)
     distributed.add_argument("--workers", type=_positive, default=1, metavar="N",
                              help="shard the problems over N Ray workers, each with its own models (one GPU each "

@@ -77,7 +77,7 @@ def run_demo(
     check_outputs(sweep_configs(config, methods, [width], Path(out), seeds), load_problems(config.data),
                   overwrite=overwrite, way_out=f"pass another --out folder, or --overwrite to start {str(out)!r} afresh")
     return run_sweep(config, methods, [width], out, show_progress=show_progress, title=f"ets demo, W={width}",
-                     workers=workers, ray_address=ray_address, seeds=seeds, jobs=jobs)
+                     workers=workers, ray_address=ray_address, seeds=seeds, jobs=jobs, overwrite=overwrite)
 
 
 # Runs at a time by default (the CLI's --jobs help says 4): each holds its own models and

@@ -57,7 +57,8 @@ def config_path(output: str | Path) -> Path:
 def open_output(config: RunConfig, problems: Sequence[Problem], *, overwrite: bool = False,
                 way_out: str = WAY_OUT, recorded: dict[str, Any] | None = None) -> Iterator[ResultsWriter]:
     """The results writer of `config.output`, locked, checked against `config`; with
-    `overwrite`, the old results, summary and provenance are removed first. `recorded`
+    `overwrite`, the old results and summary are removed and the provenance rewritten when
+    the first new result is written (a run that fails before leaves them). `recorded`
     adds keys to the provenance's `recorded` part (kept for the reader, never compared)."""
     output = Path(config.output)
     check_output_path(output)
@@ -65,8 +66,10 @@ def open_output(config: RunConfig, problems: Sequence[Problem], *, overwrite: bo
     made["recorded"].update(recorded or {})
     created = _make_parents(output.parent)
     try:
-        with _writer(output, lambda: write_json_atomic(config_path(output), made), overwrite) as writer:
-            _resume_or_clear(output, writer, problems, made, way_out, overwrite)
+        with _writer(output, lambda: write_json_atomic(config_path(output), made), overwrite,
+                     on_clear=lambda: summary_path(output).unlink(missing_ok=True)) as writer:
+            if not overwrite:
+                _check_resumable(output, writer, problems, made, way_out)
             yield writer
     finally:
         if not output.exists():
@@ -79,26 +82,26 @@ def open_output(config: RunConfig, problems: Sequence[Problem], *, overwrite: bo
 
 def check_outputs(configs: Sequence[RunConfig], problems: Sequence[Problem], *, overwrite: bool,
                   way_out: str) -> None:
-    """Before a sweep starts: every pair's output is usable (or, with `overwrite`, cleared),
-    so a refusal comes before any model loads rather than half-way through."""
+    """Before a sweep starts: every pair's output is usable (without `overwrite`, its
+    results resumable by its config), so a refusal comes before any model loads rather
+    than half-way through. With `overwrite` nothing is cleared here: each run clears its
+    own output when it writes its first result (`open_output`)."""
     for config in configs:
         check_output_path(Path(config.output))
+    if overwrite:
+        return
     for config in configs:
         output = Path(config.output)
         if not output.parent.is_dir():
             continue  # nothing there yet
-        with _writer(output, None, overwrite) as writer:
-            _resume_or_clear(output, writer, problems, describe(config), way_out, overwrite)
+        with _writer(output, None, False) as writer:
+            _check_resumable(output, writer, problems, describe(config), way_out)
 
 
-def _resume_or_clear(output: Path, writer: ResultsWriter, problems: Sequence[Problem], made: dict[str, Any],
-                     way_out: str, overwrite: bool) -> None:
-    """With `overwrite` (the writer emptied the results), the files beside them removed;
-    else results made by another config, or of other problems, refused."""
-    if overwrite:
-        for path in (summary_path(output), config_path(output)):
-            path.unlink(missing_ok=True)
-    elif writer.records:
+def _check_resumable(output: Path, writer: ResultsWriter, problems: Sequence[Problem], made: dict[str, Any],
+                     way_out: str) -> None:
+    """Results made by another config, or of other problems, refused."""
+    if writer.records:
         check_compatible(output, writer.records, problems, made, way_out)
 
 
@@ -179,9 +182,9 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 @contextmanager
-def _writer(output: Path, on_create, overwrite: bool) -> Iterator[ResultsWriter]:
+def _writer(output: Path, on_create, overwrite: bool, on_clear=None) -> Iterator[ResultsWriter]:
     try:
-        writer = ResultsWriter(output, on_create, overwrite=overwrite)
+        writer = ResultsWriter(output, on_create, overwrite=overwrite, on_clear=on_clear)
     except OSError as exc:  # e.g. read-only for root-less checks that os.access missed
         raise OutputError(f"output {str(output)!r}: cannot write there ({exc.strerror}); "
                           "choose another output path") from None

@@ -126,13 +126,15 @@ def run_sweep(
     ray_address: str | None = None,
     seeds: Sequence[int] | None = None,
     jobs: int = 1,
+    overwrite: bool = False,
 ) -> list[dict[str, Any]]:
     """Run every pair (methods x widths) once per seed (default: the config's seed);
     returns the table rows (one per pair, means over seeds: `aggregate_seeds`), writes
     table and plots. With `workers` > 1 or a `ray_address`, each run is on that many Ray
     workers (fresh ones per run, loading their own models); one Ray session serves the
     whole sweep. With `jobs` > 1, that many runs at once, one process each (`run_in_jobs`).
-    `title` starts the plots' titles (default "ets sweep")."""
+    `title` starts the plots' titles (default "ets sweep"). `overwrite`: each run starts
+    its output afresh (cleared when it writes its first result)."""
     from ets.app.report import markdown_table, plot_methods, plot_sweep, plot_title, write_csv
     from ets.api import build_reward
     from ets.app.run import run
@@ -146,11 +148,12 @@ def run_sweep(
     if jobs > 1 and distributed:
         raise ConfigError(f"--jobs {jobs} and --workers/--ray-address both share out the machine; use one of them")
     if jobs > 1:
-        runs = [pair_row(c, s) for c, s in zip(configs, run_in_jobs(configs, jobs, show_progress))]
+        runs = [pair_row(c, s) for c, s in zip(configs, run_in_jobs(configs, jobs, show_progress, overwrite))]
     with _ray_for(base, workers, ray_address, show_progress) if distributed else contextlib.nullcontext():
         for config in configs if jobs == 1 else ():
             if distributed:
-                summary = run(config, show_progress=show_progress, workers=workers, ray_address=ray_address)
+                summary = run(config, show_progress=show_progress, workers=workers, ray_address=ray_address,
+                              overwrite=overwrite)
                 runs.append(pair_row(config, summary))
                 continue
             # A fresh policy and reward model per pair keep each pair's peak KV (the policy's
@@ -165,7 +168,7 @@ def run_sweep(
                 gc.collect()
                 policy = build_policy(config.policy, config.search)
                 reward = build_reward(config, policy)
-            summary = run(config, show_progress=show_progress, policy=policy, reward=reward)
+            summary = run(config, show_progress=show_progress, policy=policy, reward=reward, overwrite=overwrite)
             runs.append(pair_row(config, summary))
     policy = reward = None
     gc.collect()
@@ -227,7 +230,8 @@ def aggregate_seeds(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = True) -> list[dict[str, Any]]:
+def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = True,
+                overwrite: bool = False) -> list[dict[str, Any]]:
     """Each run's summary, in the order given, `jobs` runs at a time, each in a fresh
     spawned process with its own models; the first error stops the rest (finished runs
     and the records written so far stay, so the same command resumes)."""
@@ -250,7 +254,7 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
     bar = tqdm(total=len(configs), unit="run", desc=f"{jobs} runs at a time") if show_progress else None
     with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                 initializer=_set_up_worker, initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(_job, c) for c in configs]
+        futures = [pool.submit(_job, c, overwrite) for c in configs]
         try:
             for done in cf.as_completed(futures):
                 done.result()  # a job's error, raised here
@@ -299,12 +303,12 @@ def _set_up_worker(driver: int) -> None:
     threading.Thread(target=watch, name="ets-driver-watch", daemon=True).start()
 
 
-def _job(config: RunConfig) -> dict[str, Any]:
+def _job(config: RunConfig, overwrite: bool = False) -> dict[str, Any]:
     """One run of `run_in_jobs`, in its own process: its models, its search, its summary."""
     from ets.app.run import run
 
     try:
-        return run(config, show_progress=False)
+        return run(config, show_progress=False, overwrite=overwrite)
     finally:
         # The run's models sit in reference cycles (see run_sweep) and this process takes
         # the next run: free its KV pools now, not at the collector's next whim.

@@ -58,22 +58,26 @@ class ResultsWriter:
     """`records`: every record of the file, those read on opening then those written;
     `done_ids`: their ids. `on_create()` is called before this process writes its first
     line, and again when the file is written anew (it writes the files that go with it).
-    With `overwrite`, the file is emptied once locked."""
+    With `overwrite`, the old records are not read, and the file is emptied (and
+    `on_clear()` called) only when the first new line is written: a run that fails before
+    its first result (a model that does not load) leaves the old results as they were."""
 
-    def __init__(self, path: str | Path, on_create: Callable[[], None] | None = None, *, overwrite: bool = False):
+    def __init__(self, path: str | Path, on_create: Callable[[], None] | None = None, *, overwrite: bool = False,
+                 on_clear: Callable[[], None] | None = None):
         self.path = Path(path)
         self._on_create = on_create
+        self._on_clear = on_clear
         self._started = False     # this process has written a line
+        self._clear = overwrite   # the old contents go at the first write
         self.records: list[dict[str, Any]] = []
         self._fd: int | None = lock_results(self.path)
         try:
-            if overwrite:
-                os.ftruncate(self._fd, 0)
             data = self._contents()
-            if data and not data.endswith(b"\n"):   # a line torn by an interrupted run
-                os.ftruncate(self._fd, data.rfind(b"\n") + 1)
-                data = data[:data.rfind(b"\n") + 1]
-            self.records = resumable(parse_lines(data, self.path), self.path)
+            if not overwrite:
+                if data and not data.endswith(b"\n"):   # a line torn by an interrupted run
+                    os.ftruncate(self._fd, data.rfind(b"\n") + 1)
+                    data = data[:data.rfind(b"\n") + 1]
+                self.records = resumable(parse_lines(data, self.path), self.path)
         except BaseException:
             self.close()
             raise
@@ -84,6 +88,12 @@ class ResultsWriter:
         line = encode(record)
         self._keep_in_place()
         try:
+            if self._clear:
+                os.ftruncate(self._fd, 0)
+                self._size = 0
+                self._clear = False
+                if self._on_clear is not None:
+                    self._on_clear()
             if not self._started and self._on_create is not None:
                 self._on_create()
             self._started = True
