@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 from ets.app.cli import main
 from ets.app.provenance import BLOCK, BLOCKS, FULL_HASH_BYTES, _file_digest, fingerprint
@@ -98,6 +99,17 @@ def test_a_sweep_overwrite_that_fails_leaves_every_old_output(tmp_path, capsys):
     before = files(out)
     assert "bf16" in refused(capsys, main([*argv, "reward.options.dtype=bf16", "--overwrite"]))
     assert files(out) == before
+
+
+@pytest.mark.parametrize("argv", [[], ["--overwrite"], ["--check"]])
+def test_the_data_file_is_never_the_output(tmp_path, capsys, argv):
+    """Results written into the problems' own file would replace the problems (with
+    --overwrite, which the resume error suggests)."""
+    data = data_file(tmp_path, ["What is 1 + 0?", "What is 2 - 1?"])
+    before = data.read_bytes()
+    msg = refused(capsys, run_cli(data, f"data.path={data}", *argv))
+    assert "is the data file the problems are read from (data.path)" in msg
+    assert data.read_bytes() == before and {p.name for p in tmp_path.iterdir()} == {data.name}
 
 
 def test_prepended_problem_is_searched_and_nothing_twice(tmp_path):

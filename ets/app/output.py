@@ -62,6 +62,7 @@ def open_output(config: RunConfig, problems: Sequence[Problem], *, overwrite: bo
     adds keys to the provenance's `recorded` part (kept for the reader, never compared)."""
     output = Path(config.output)
     check_output_path(output)
+    check_not_the_data(config)
     made = describe(config)
     made["recorded"].update(recorded or {})
     created = _make_parents(output.parent)
@@ -88,6 +89,7 @@ def check_outputs(configs: Sequence[RunConfig], problems: Sequence[Problem], *, 
     own output when it writes its first result (`open_output`)."""
     for config in configs:
         check_output_path(Path(config.output))
+        check_not_the_data(config)
     if overwrite:
         return
     for config in configs:
@@ -117,6 +119,19 @@ def check_compatible(output: Path, records: Sequence[dict[str, Any]], problems: 
     why = check_records(records, problems)
     if why:
         raise OutputError(f"{output}: {why}; {way_out}")
+
+
+def check_not_the_data(config: RunConfig) -> None:
+    """The results must not go into the data file the problems are read from (a rerun with
+    --overwrite would replace the problems with results)."""
+    data = config.data.path
+    if not data:
+        return
+    output, data = Path(config.output), Path(data).expanduser()
+    same = output.exists() and data.exists() and os.path.samefile(output, data)
+    if same or output.absolute().resolve() == data.absolute().resolve():
+        raise OutputError(f"output {str(output)!r} is the data file the problems are read from (data.path); "
+                          "write the results to another file, e.g. --output runs/results.jsonl")
 
 
 def check_output_path(output: Path) -> None:

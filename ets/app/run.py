@@ -22,7 +22,8 @@ from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
 from ets.app.paired import correct_by_problem
-from ets.app.output import OutputError, check_output_path, open_output, read_json, summary_path, write_json_atomic
+from ets.app.output import (OutputError, check_not_the_data, check_output_path, open_output, read_json, summary_path,
+                            write_json_atomic)
 from ets.app.terminal import plural
 from ets.app.writer import FULL
 from ets.policy.base import Policy
@@ -155,6 +156,7 @@ def check_config(config: RunConfig) -> str:
 
     build_strategy(config.search)
     check_output_path(Path(config.output))
+    check_not_the_data(config)
     obj = check_reward(config.reward)
     check_devices(config)
     check_backend(config.policy)
