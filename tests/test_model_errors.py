@@ -20,7 +20,10 @@ CASES = {
     "a folder that is not a model": (not_a_model, "is not a model folder (no config.json)"),
     "an unknown tiny model": (lambda _: "policy.model=tiny:foo", "unknown tiny model 'tiny:foo'; use one of: tiny:llama"),
     "tiny gemma": (lambda _: "policy.model=tiny:gemma", "unknown tiny model 'tiny:gemma'"),
-    "a GPU this machine lacks": (lambda _: "policy.device=cuda", "set device: cpu"),
+    "a GPU this machine lacks": (lambda _: "policy.device=cuda", "set policy.device=cpu"),
+    "a GPU this machine lacks for the PRM": (lambda _: "reward.options.device=cuda", "set reward.options.device=cpu"),
+    "not a device": (lambda _: "reward.options.device=gpu",
+                     "reward.options.device: 'gpu' is not a device; use cpu, cuda, cuda:N"),
     "a seed too large for the generators": (lambda _: "seed=99999999999999999999", "must be below 2**63"),
     "a missing embedder": (lambda _: "search.embedder=/no/such/embedder", "search.embedder '/no/such/embedder' does not exist"),
     "a static form of a missing embedder": (lambda _: "search.embedder=static:/no/such/embedder",
@@ -32,7 +35,7 @@ CASES = {
 def test_one_line_error(tmp_path, capsys, case):
     make, message = CASES[case]
     override = make(tmp_path)
-    if case == "a GPU this machine lacks":
+    if case.startswith("a GPU this machine lacks"):
         import torch
 
         if torch.cuda.is_available():

@@ -42,8 +42,9 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     loading its own models (ets/app/distributed.py); this process still writes the output."""
     if policy is None:  # a backend that cannot run here fails before anything is read or started
         check_backend(config.policy, local=ray_address is None)
-    if reward is None:  # as do the reward's options
+    if reward is None:  # as do the reward's options, and a device the machine lacks
         check_reward(config.reward)
+    check_devices(config)
     if workers > 1 or ray_address is not None:
         if policy is not None or reward is not None:
             raise ValueError("run(workers=...): each worker builds its own policy and reward; pass neither")
@@ -193,10 +194,10 @@ def check_devices(config: RunConfig) -> None:
     anything loads: the policy's, and a reward's own `device` option."""
     from ets.models.load import check_device
 
-    check_device(config.policy.device)
+    check_device(config.policy.device, "policy.device")
     device = config.reward.options.get("device") if isinstance(config.reward.options, dict) else None
     if isinstance(device, str):
-        check_device(device)
+        check_device(device, "reward.options.device")
 
 
 def first_prompt_lines(config: RunConfig, problem) -> list[str]:

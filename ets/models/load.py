@@ -155,11 +155,16 @@ def check_model_exists(name_or_path: str) -> None:
         )
 
 
-def check_device(device: str | torch.device) -> None:
-    """Refuse a device this machine does not have, before anything is loaded onto it."""
-    kind = torch.device(device).type
+def check_device(device: str | torch.device, key: str = "policy.device") -> None:
+    """Refuse a device this machine does not have, or not a device at all, before anything
+    is loaded onto it; `key` is the config key that set it (named in the fix)."""
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise ModelLoadError(f"{key}: {str(device)!r} is not a device; use cpu, cuda, cuda:N (the GPU numbered N) "
+                             "or mps") from None
     if kind == "cuda" and not torch.cuda.is_available():
         why = "torch was built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
-        raise ModelLoadError(f"device {str(device)!r} asked for, but {why}; set device: cpu (policy.device=cpu)")
+        raise ModelLoadError(f"device {str(device)!r} asked for, but {why}; set {key}=cpu")
     if kind == "mps" and not torch.backends.mps.is_available():
-        raise ModelLoadError(f"device {str(device)!r} asked for, but MPS is not available; set device: cpu")
+        raise ModelLoadError(f"device {str(device)!r} asked for, but MPS is not available; set {key}=cpu")
