@@ -259,3 +259,14 @@ def test_dvts_with_more_subtrees_than_width_is_refused(tmp_path, capsys):
     msg = one_line_error(capsys, run_cli(f"output={tmp_path / 'r.jsonl'}", "method=dvts", "width=4", "fixed_width=8"))
     assert "fixed_width" in msg and "<= width" in msg
     assert tree(tmp_path) == []
+
+
+def test_overrides_after_a_flag_are_taken_in_order(tmp_path, capsys):
+    """argparse alone takes only the key=value overrides before the first flag after them."""
+    out = tmp_path / "r.jsonl"
+    code = main(["run", "--config", str(TINY), "width=2", "--check", "data.limit=1", f"output={out}", "width=3"])
+    printed = capsys.readouterr().out
+    assert code == 0 and "\n  limit: 1\n" in printed and "\n  width: 3\n" in printed
+    with pytest.raises(SystemExit) as stopped:
+        main(["run", "--config", str(TINY), "--bogus", "width=2"])
+    assert "unrecognized arguments: --bogus (see ets run --help)" in one_line_error(capsys, stopped.value.code)

@@ -112,6 +112,25 @@ def test_the_data_file_is_never_the_output(tmp_path, capsys, argv):
     assert data.read_bytes() == before and {p.name for p in tmp_path.iterdir()} == {data.name}
 
 
+def test_check_says_what_the_output_holds_and_refuses_as_a_run_would(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+
+    def check(*argv):
+        code = run_cli(out, "--check", *argv)
+        return code, [line for line in capsys.readouterr().out.splitlines() if line.startswith("# output")]
+
+    assert check("data.limit=2") == (0, [f"# output {out}: new; a run searches all 2 problems"])
+    assert run_cli(out, "data.limit=1") == 0
+    capsys.readouterr()
+    before = files(tmp_path)
+    assert check("data.limit=3") == (0, [f"# output {out}: holds 1 results of this config; a run searches the "
+                                         "other 2 problems"])
+    assert "search.width: 4 -> 8" in refused(capsys, run_cli(out, "--check", "data.limit=1", "width=8"))
+    code, lines = check("data.limit=1", "width=8", "--overwrite")
+    assert code == 0 and "--overwrite: its results go when the run writes its first new one" in lines[0]
+    assert files(tmp_path) == before
+
+
 def test_prepended_problem_is_searched_and_nothing_twice(tmp_path):
     out = tmp_path / "r.jsonl"
     data = data_file(tmp_path, ["What is 1 + 0?", "What is 2 - 1?"])

@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.check:
         from ets.app.run import check_config
 
-        print(check_config(config), end="")
+        print(check_config(config, args.overwrite), end="")
         return 0
     from ets.app.memory_notes import plan_line
     from ets.app.terminal import plural, wrap
@@ -552,6 +552,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 def main(argv: list[str] | None = None) -> int:
     args, unknown = build_parser().parse_known_args(argv)
+    if isinstance(getattr(args, "overrides", None), list):
+        # key=value overrides after a flag (`... width=8 --check data.limit=2`): argparse
+        # takes the positionals before it only
+        extra = [item for item in unknown if "=" in item and not item.startswith("-")]
+        args.overrides += extra
+        unknown = [item for item in unknown if item not in extra]
     if unknown:  # named with the command they were given to
         usage_error(f"ets {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
     args.quiet = getattr(args, "quiet", False)

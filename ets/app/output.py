@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from ets.app.jsonl import parse_lines, resumable
 from ets.app.provenance import check_records, describe, differences
 from ets.app.writer import OutputError, ResultsWriter
 from ets.config import RunConfig
@@ -105,6 +106,25 @@ def _check_resumable(output: Path, writer: ResultsWriter, problems: Sequence[Pro
     """Results made by another config, or of other problems, refused."""
     if writer.records:
         check_compatible(output, writer.records, problems, made, way_out)
+
+
+def resume_note(config: RunConfig, problems: Sequence[Problem], overwrite: bool = False) -> str:
+    """For `--check`: what `config.output` holds and what a run would search, or the error a
+    run would raise on it (results of another config or of other problems). Reads it,
+    takes no lock, changes nothing."""
+    output = Path(config.output)
+    if not output.is_file() or output.stat().st_size == 0:
+        return f"output {output}: new; a run searches all {len(problems)} problems"
+    if overwrite:
+        return (f"output {output}: --overwrite: its results go when the run writes its first new one; a run "
+                f"searches all {len(problems)} problems")
+    records = resumable(parse_lines(output.read_bytes(), output), output)  # a torn last line is left out
+    if records:
+        check_compatible(output, records, problems, describe(config), WAY_OUT)
+    done = {r["id"] for r in records}
+    todo = sum(p.id not in done for p in problems)
+    return (f"output {output}: holds {len(records)} results of this config; a run searches the other {todo} "
+            f"problem{'' if todo == 1 else 's'}")
 
 
 def check_compatible(output: Path, records: Sequence[dict[str, Any]], problems: Sequence[Problem],

@@ -22,8 +22,8 @@ from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
 from ets.app.paired import correct_by_problem
-from ets.app.output import (OutputError, check_not_the_data, check_output_path, open_output, read_json, summary_path,
-                            write_json_atomic)
+from ets.app.output import (OutputError, check_not_the_data, check_output_path, open_output, read_json, resume_note,
+                            summary_path, write_json_atomic)
 from ets.app.terminal import plural
 from ets.app.writer import FULL
 from ets.policy.base import Policy
@@ -143,7 +143,7 @@ def inert_keys_notes(config: RunConfig) -> list[str]:
     return notes
 
 
-def check_config(config: RunConfig) -> str:
+def check_config(config: RunConfig, overwrite: bool = False) -> str:
     """`ets run --check`: validate what can be validated without loading a model or
     searching (the strategy, the output's path, the reward's name and options, the model
     paths, the data),
@@ -173,6 +173,7 @@ def check_config(config: RunConfig) -> str:
     problems = load_problems(config.data) if config.data.path or config.data.hf_name is None else None
     if problems is not None:
         notes.append(f"data: {plural(len(problems), 'problem')}")
+        notes.append(resume_note(config, problems, overwrite))  # or the refusal a run would meet
     notes.extend(model_preset_notes(config))
     for key in ("policy_model_type", "reward_model_type"):
         if getattr(config, key) is not None:
