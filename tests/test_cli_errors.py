@@ -270,3 +270,11 @@ def test_overrides_after_a_flag_are_taken_in_order(tmp_path, capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["run", "--config", str(TINY), "--bogus", "width=2"])
     assert "unrecognized arguments: --bogus (see ets run --help)" in one_line_error(capsys, stopped.value.code)
+
+
+@pytest.mark.parametrize("command", ["eval", "diagnose"])
+def test_a_reader_given_what_is_not_results_is_not_told_to_overwrite(capsys, command):
+    """eval, compare and diagnose have no --overwrite, and a config is not a corrupt results file."""
+    msg = one_line_error(capsys, main([command, str(TINY)]))
+    assert "not a JSON line" in msg and "is it the results of an `ets run`? If so it is corrupt" in msg
+    assert "--overwrite" not in msg

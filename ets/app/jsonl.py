@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 FIX = "delete that line (its problem is searched again on the next run) or pass --overwrite to start afresh"
+CORRUPT = "the file is corrupt: " + FIX
+# what a reader of results (ets eval, compare, diagnose, rescore's source) says instead
+READ_FIX = ("is it the results of an `ets run`? If so it is corrupt: delete that line and rerun that run to search "
+            "its problem again")
 
 
 class ResultsFileError(ValueError):
@@ -31,10 +35,10 @@ def numbered_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     path = Path(path)
     if not path.exists():
         return []
-    return list(parse_lines(path.read_bytes(), path))
+    return list(parse_lines(path.read_bytes(), path, READ_FIX))
 
 
-def parse_lines(data: bytes, name: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def parse_lines(data: bytes, name: str | Path, fix: str = CORRUPT) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, record) for each complete line of `data`, the contents of file `name`."""
     start = lineno = 0
     while start < len(data):
@@ -48,23 +52,27 @@ def parse_lines(data: bytes, name: str | Path) -> Iterator[tuple[int, dict[str, 
             record = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             reason = getattr(exc, "msg", "not UTF-8")
-            raise ResultsFileError(f"{name}:{lineno}: not a JSON line ({reason}); the file is corrupt: {FIX}") from None
+            raise ResultsFileError(f"{name}:{lineno}: not a JSON line ({reason}); {fix}") from None
         if not isinstance(record, dict):
             raise ResultsFileError(f"{name}:{lineno}: a {type(record).__name__}, not a result object; "
-                                   f"the file is corrupt: {FIX}")
+                                   f"{fix}")
         yield lineno, record
 
 
-def resumable(numbered: Iterator[tuple[int, dict[str, Any]]], name: str | Path) -> list[dict[str, Any]]:
-    """The records to resume, each with a distinct `id`; raises ResultsFileError naming the line."""
+def resumable(numbered: Iterator[tuple[int, dict[str, Any]]], name: str | Path,
+              fix: str = FIX) -> list[dict[str, Any]]:
+    """The records to resume, each with a distinct `id`; raises ResultsFileError naming the
+    line (`fix`: what to do, READ_FIX for a reader of results)."""
     records, lines = [], {}
     for lineno, record in numbered:
         pid = record.get("id")
         if pid is None:
-            raise ResultsFileError(f"{name}:{lineno}: the record has no 'id'; is this an `ets run` output? {FIX}")
+            ask = f"is this an `ets run` output? {FIX}" if fix == FIX else fix
+            raise ResultsFileError(f"{name}:{lineno}: the record has no 'id'; {ask}")
         if pid in lines:
+            also = ", or pass --overwrite to start afresh" if fix == FIX else ""  # (a reader has no --overwrite)
             raise ResultsFileError(f"{name}: lines {lines[pid]} and {lineno} both hold problem {pid!r}; "
-                                   "delete one of them, or pass --overwrite to start afresh")
+                                   f"delete one of them{also}")
         lines[pid] = lineno
         records.append(record)
     return records
@@ -72,4 +80,4 @@ def resumable(numbered: Iterator[tuple[int, dict[str, Any]]], name: str | Path) 
 
 def read_resumable(path: str | Path) -> list[dict[str, Any]]:
     """The records of a results file to resume, each with a distinct `id`."""
-    return resumable(iter(numbered_records(path)), path)
+    return resumable(iter(numbered_records(path)), path, READ_FIX)
