@@ -278,3 +278,18 @@ def test_a_reader_given_what_is_not_results_is_not_told_to_overwrite(capsys, com
     msg = one_line_error(capsys, main([command, str(TINY)]))
     assert "not a JSON line" in msg and "is it the results of an `ets run`? If so it is corrupt" in msg
     assert "--overwrite" not in msg
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["sweep", "--methods", "rebase", "--widths", "2", "width=4"], "'width=4' and --widths both set the width"),
+    (["sweep", "--methods", "rebase", "search.select_method=beam"], "'search.select_method=beam' and --methods both"),
+    (["sweep", "--seeds", "0,1", "seed=3"], "'seed=3' and --seeds both set the seed"),
+    (["sweep", "--out", "sw", "output=o.jsonl"], "'output=o.jsonl' and --out both set the output"),
+    (["run", "--output", "a.jsonl", "output=b.jsonl"], "'output=b.jsonl' and --output both set the output"),
+])
+def test_a_key_set_by_its_flag_and_an_override_is_refused(tmp_path, capsys, monkeypatch, argv, words):
+    """One of the two was dropped without a word."""
+    monkeypatch.chdir(tmp_path)
+    command, *rest = argv
+    assert words in one_line_error(capsys, main([command, "--config", str(TINY), *rest]))
+    assert not any(tmp_path.iterdir())

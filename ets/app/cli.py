@@ -64,6 +64,7 @@ def _run(args: argparse.Namespace) -> int:
     from ets.app.run import run
 
     config = load_config(args.config, list(args.overrides))
+    _not_both(args.overrides, {"output": ("--output", args.output)})
     if args.output:
         config = dataclasses.replace(config, output=args.output)
     if args.check:
@@ -276,6 +277,7 @@ def _rescore(args: argparse.Namespace) -> int:
     from ets.app.rescore import rescore
     from ets.app.terminal import plural
 
+    _not_both(args.overrides, {"output": ("--output", args.output)})
     config = dataclasses.replace(load_config(args.config, list(args.overrides)), output=args.output)
     summary = rescore(args.source, config, show_progress=not args.quiet, overwrite=args.overwrite)
     print(f"wrote {config.output} ({plural(summary['problems'], 'problem')}, {summary['new_problems']} new; "
@@ -316,6 +318,8 @@ def _sweep(args: argparse.Namespace) -> int:
     from ets.app.terminal import sweep_lines
 
     config = load_config(args.config, list(args.overrides))
+    _not_both(args.overrides, {"method": ("--methods", args.methods), "width": ("--widths", args.widths),
+                               "seed": ("--seeds", args.seeds), "output": ("--out", args.out)})
     # Everything is validated before any work starts.
     methods = _distinct(parse_methods(args.methods or config.search.method), "--methods")
     widths = _distinct(parse_widths(args.widths or str(config.search.width)), "--widths")
@@ -329,6 +333,20 @@ def _sweep(args: argparse.Namespace) -> int:
     print("\n".join(sweep_lines(rows, args.wide)))
     print(f"\ntable.md, table.csv and plots (PNG and PDF) in {out}/")
     return 0
+
+
+def _not_both(overrides: Sequence[str], flags: dict[str, tuple[str, Any]]) -> None:
+    """A key set both by its flag ({key: (flag, its value or None)}) and by a key=value
+    override is refused: one of the two would be dropped without a word."""
+    from ets.config import ETS_KEY_ALIASES, ConfigError
+
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        name = key.removeprefix("search.")
+        name = ETS_KEY_ALIASES.get(name, name)
+        flag, value = flags.get(name, (None, None))
+        if value is not None:
+            raise ConfigError(f"{item!r} and {flag} both set the {name}; keep one")
 
 
 def _positive(text: str) -> int:
