@@ -109,3 +109,17 @@ def test_a_tree_search_or_the_source_itself_is_refused(runs, tmp_path, capsys):
     err = one_line_error(capsys, rescore(tmp_path / "none.jsonl", "--config", TINY, "--output", tmp_path / "r.jsonl",
                                          "method=best_of_n"))
     assert "does not exist" in err
+    err = one_line_error(capsys, rescore(tmp_path, "--config", TINY, "--output", tmp_path / "r.jsonl", "method=beam"))
+    assert "is a folder; pass the results file" in err  # (before the method: the source comes first)
+
+
+def test_a_slice_of_the_data_rescores_that_slices_problems(runs, tmp_path):
+    """data.start / end / limit select problems of the data as `ets run` does (the source's
+    lines are in the order its problems finished)."""
+    from ets.api import load_problems
+
+    out = tmp_path / "r.jsonl"
+    assert rescore(runs / "tag.jsonl", "--config", TINY, "--output", out, "method=best_of_n", OTHER,
+                   "data.start=1", "data.end=3") == 0
+    ids = [p.id for p in load_problems(str(TINY))]
+    assert sorted(r["id"] for r in lines(tmp_path / "r.1-3.jsonl")) == sorted(ids[1:3])

@@ -36,7 +36,7 @@ from ets.app.provenance import describe, differences
 from ets.app.records import RESCORE
 from ets.app.run import finish_summary, summarize
 from ets.config import ConfigError, RunConfig
-from ets.data import Problem
+from ets.data import Problem, load_problems
 from ets.loop.rules import finished_votes
 
 # Keys a rescore may change: they decide the scores, the answers read and the vote, never
@@ -107,12 +107,17 @@ def rescored(records: Sequence[dict[str, Any]], reward, config: RunConfig) -> li
 
 
 def _source_records(source: Path, config: RunConfig) -> list[dict[str, Any]]:
-    """The source's records, after checking that `config` would have drawn the same samples."""
+    """The source's records (of the problems `config.data`'s start, end and limit select
+    from the data, when set), after checking that `config` would have drawn the same
+    samples."""
+    if source.is_dir():
+        raise ConfigError(f"rescore: {str(source)!r} is a folder; pass the results file of a best-of-N `ets run` "
+                          "(a .jsonl file)")
+    if not source.is_file():
+        raise ConfigError(f"rescore: results file {str(source)!r} does not exist; pass the output of a best-of-N `ets run`")
     if config.search.method != "best_of_n":
         raise ConfigError(f"rescore: the config's method is {config.search.method!r}; only best-of-N's samples do not "
                           "depend on the reward (set method=best_of_n, or rerun the search with `ets run`)")
-    if not source.is_file():
-        raise ConfigError(f"rescore: results file {str(source)!r} does not exist; pass the output of a best-of-N `ets run`")
     if config.output and Path(config.output).resolve() == source.resolve():
         raise OutputError(f"rescore: the output is the source {str(source)!r}; give another with --output PATH")
     made = read_json(config_path(source))
@@ -127,7 +132,14 @@ def _source_records(source: Path, config: RunConfig) -> list[dict[str, Any]]:
     if changed:
         raise ConfigError(f"rescore: the config differs from the one that drew {str(source)!r}'s samples "
                           f"({'; '.join(changed)}); only the reward and the vote may change")
-    return load_results(source, RESCORE)
+    records = load_results(source, RESCORE)
+    data = config.data
+    if data.start is not None or data.end is not None or data.limit is not None:
+        # a slice of the data, as `ets run` takes it (the source's lines are in the order
+        # its problems finished)
+        wanted = {p.id for p in load_problems(data)}
+        records = [r for r in records if r["id"] in wanted]
+    return records
 
 
 def _progress(total: int, done: int, show: bool):
