@@ -119,3 +119,15 @@ def test_demo_with_seeds_says_so_and_shows_the_spread(tmp_path, capsys):
     # One seed runs under the old file names.
     assert main([*argv, "--seeds", "0"]) == 0
     assert "width 2, 1 seed (0)" in capsys.readouterr().out and (out / "rebase_w2.jsonl").exists()
+
+
+def test_more_problems_than_the_demo_task_has_is_said(tmp_path, caplog, monkeypatch):
+    import logging
+
+    import ets.app.sweep
+    from ets.app.demo import run_demo
+
+    monkeypatch.setattr(ets.app.sweep, "run_sweep", lambda *args, **kwargs: [])  # (the runs themselves: minutes)
+    with caplog.at_level(logging.WARNING):
+        run_demo(problems=500, methods=["rebase"], out=tmp_path / "demo", show_progress=False)
+    assert "the demo task has 200 test problems: --problems 500 searches all 200" in caplog.text

@@ -22,12 +22,15 @@ width and the seeds.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from ets.config import PolicyConfig, RunConfig, load_config
 from ets.demo import BAD_TOKEN, GOOD_TOKEN, STEP_TAG
+
+log = logging.getLogger(__name__)
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "demo" / "demo.yaml"
 
@@ -74,7 +77,11 @@ def run_demo(
 
     config = demo_config(width, problems, out, backend)
     methods = list(methods) if methods is not None else search.available()
-    check_outputs(sweep_configs(config, methods, [width], Path(out), seeds), load_problems(config.data),
+    found = load_problems(config.data)
+    if len(found) < problems:
+        log.warning("the demo task has %d test problems: --problems %d searches all %d", len(found), problems,
+                    len(found))
+    check_outputs(sweep_configs(config, methods, [width], Path(out), seeds), found,
                   overwrite=overwrite, way_out=f"pass another --out folder, or --overwrite to start {str(out)!r} afresh")
     return run_sweep(config, methods, [width], out, show_progress=show_progress, title=f"ets demo, W={width}",
                      workers=workers, ray_address=ray_address, seeds=seeds, jobs=jobs, overwrite=overwrite)
