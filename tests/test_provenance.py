@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,36 @@ def test_an_output_read_before_the_answer_rules_existed_resumes_only_with_them(t
     msg = refused(capsys, run_cli(out, "data.limit=2"))
     assert ("search.answer_extraction: ['boxed', 'marker', 'hashes'] -> ['boxed', 'marker', 'hashes', 'last_number']"
             in msg)
+
+
+SLOW_REWARD = '''
+import time
+from pathlib import Path
+
+def slow(questions, trajectories):
+    Path(__file__).with_name("scoring").touch()
+    time.sleep(120)
+'''
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
+    """SIGTERM (a scheduler's, `timeout`'s) unwinds the run: its output, opened but holding
+    nothing yet, is removed, and the exit code says it was terminated."""
+    (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
+    out, scoring = tmp_path / "r.jsonl", tmp_path / "scoring"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    run = subprocess.Popen([sys.executable, "-m", "ets", "run", "--quiet", "--config", str(TINY), f"output={out}",
+                            "data.limit=1", "reward.name=slow_reward:slow"], cwd=tmp_path, env=env,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):  # the search's first reward call, its output open
+            if scoring.exists() or run.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert scoring.exists() and out.exists(), run.stderr.read() if run.poll() is not None else "no reward call"
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(60) == 143
+    finally:
+        run.kill()
+    assert "ets: interrupted; finished problems are saved" in run.stderr.read()
+    assert not out.exists()

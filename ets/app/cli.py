@@ -580,14 +580,17 @@ def main(argv: list[str] | None = None) -> int:
         usage_error(f"ets {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
     args.quiet = getattr(args, "quiet", False)
     configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command not in ("eval", "compare", "diagnose", "presets"))
+    from ets.app.stopping import Terminated, stop_on_sigterm
+
+    stop_on_sigterm()
     try:
         return args.func(args)
     except user_errors() as exc:
         print(f"ets: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print("ets: interrupted; finished problems are saved, rerun the same command to resume", file=sys.stderr)
-        return 130
+        return 143 if isinstance(stop, Terminated) else 130
 
 
 def _one_line(exc: BaseException) -> str:

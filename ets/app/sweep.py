@@ -240,6 +240,8 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
 
     from tqdm import tqdm
 
+    from ets.app.stopping import Terminated
+
     if not configs:
         return []
     jobs = min(jobs, len(configs))
@@ -260,9 +262,17 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
                 done.result()  # a job's error, raised here
                 if bar is not None:
                     bar.update(1)
-        except BaseException:
+        except BaseException as stop:
             for f in futures:
                 f.cancel()
+            if isinstance(stop, Terminated):  # (Ctrl-C reaches the workers itself; SIGTERM only this process)
+                workers = multiprocessing.active_children()
+                for worker in workers:
+                    worker.terminate()  # each stops its run as on Ctrl-C, then ends (_job)
+                for worker in workers:
+                    worker.join(WORKER_GRACE_SECONDS)
+                    if worker.is_alive():
+                        worker.kill()
             raise
         finally:
             if bar is not None:
@@ -280,6 +290,10 @@ def job_configs(configs: Sequence[RunConfig], jobs: int) -> list[RunConfig]:
     return [share_device(c, 1 / jobs) for c in configs]
 
 
+# How long a worker whose driver is gone has to stop as on Ctrl-C before it is ended at once
+WORKER_GRACE_SECONDS = 10
+
+
 def _set_up_worker(driver: int) -> None:
     """Worker initializer, once per spawned process (the driver's settings do not reach it):
     no weight-loading bars (they would cut through the driver's one bar), and an end to this
@@ -288,16 +302,21 @@ def _set_up_worker(driver: int) -> None:
     on searching, burning the CPU and holding the run's output lock, so that the resumed
     sweep finds its output "in use". Its records so far are whole lines (ets/app/writer.py
     drops a torn tail), so the resumed run loses nothing."""
+    import signal
     import threading
     import time
 
+    from ets.app.stopping import stop_on_sigterm
     from ets.models.load import hide_loading_bars
 
     hide_loading_bars()
+    stop_on_sigterm()
 
     def watch() -> None:
         while os.getppid() == driver:
             time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)  # the run stops as on Ctrl-C: its output closed
+        time.sleep(WORKER_GRACE_SECONDS)  # (a main thread deep in one long op takes a while)
         os._exit(1)
 
     threading.Thread(target=watch, name="ets-driver-watch", daemon=True).start()
@@ -306,9 +325,12 @@ def _set_up_worker(driver: int) -> None:
 def _job(config: RunConfig, overwrite: bool = False) -> dict[str, Any]:
     """One run of `run_in_jobs`, in its own process: its models, its search, its summary."""
     from ets.app.run import run
+    from ets.app.stopping import Terminated
 
     try:
         return run(config, show_progress=False, overwrite=overwrite)
+    except Terminated:
+        os._exit(143)  # its output closed: this process ends, as its driver is stopping
     finally:
         # The run's models sit in reference cycles (see run_sweep) and this process takes
         # the next run: free its KV pools now, not at the collector's next whim.
