@@ -80,6 +80,15 @@ def _type_name(hint) -> str:
     return " or ".join("None" if a is type(None) else getattr(a, "__name__", str(a)) for a in _alternatives(hint))
 
 
+def check_dtype(value: str | None) -> None:
+    """For `__post_init__`: a PRM's own `dtype` option, one of the model dtypes (None: the
+    policy's)."""
+    from ets.config.sections import DTYPES
+
+    if value is not None:
+        choice("dtype", value, DTYPES)
+
+
 def choice(key: str, value: Any, allowed: tuple) -> None:
     """For `__post_init__`: a ValueError naming the key and the allowed values."""
     if value not in allowed:

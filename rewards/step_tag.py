@@ -40,7 +40,7 @@ from ets.rewards.backends import EngineBackend, ScoringBackend, forward_backend,
 from ets.rewards.marker_prm import MarkerPRM
 from ets.rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id,
                              tokenize_marked_offsets)
-from ets.rewards.options import RewardContext, choice
+from ets.rewards.options import RewardContext, check_dtype, choice
 from ets.rewards.surprise import SurpriseReadout, number_rows, number_token_ids, step_surprise
 
 BACKENDS = ("auto", "engine", "forward")
@@ -69,6 +69,7 @@ class StepTagOptions:
     surprise: Any = None              # {tag, step, path, bias}: also read the LM's surprise (rewards/surprise.py)
 
     def __post_init__(self) -> None:
+        check_dtype(self.dtype)
         SurpriseReadout.parse(self.surprise)
         if not self.tag:
             raise ValueError("option 'tag' must be a non-empty string, e.g. ' ки'")

@@ -26,7 +26,7 @@ from ets.rewards.heads import check_outputs, describe, load_pretrained
 from ets.rewards.marker_prm import MarkerPRM
 from ets.rewards.marking import (SENTINEL, MarkedText, MarkerError, chat_pieces, check_template_syntax, clean_step, mark_steps,
                              split_template, token_id)
-from ets.rewards.options import RewardContext, choice
+from ets.rewards.options import RewardContext, check_dtype, choice
 
 AUTO_CLASSES = ("auto", "token_classification", "model")
 
@@ -51,6 +51,7 @@ class TokenClassificationOptions:
     dtype: str | None = None
 
     def __post_init__(self) -> None:
+        check_dtype(self.dtype)
         if not self.separator:
             raise ValueError("option 'separator' must be a non-empty string, e.g. '<extra_0>'")
         if self.positive_label < 0:

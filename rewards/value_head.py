@@ -36,7 +36,7 @@ from ets.rewards.heads import LinearHead, Loaded, check_outputs, describe, load_
 from ets.rewards.marker_prm import MarkerPRM
 from ets.rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id,
                              tokenize_marked_batch, tokenize_pieces_batch)
-from ets.rewards.options import RewardContext, choice
+from ets.rewards.options import RewardContext, check_dtype, choice
 
 HEADS = ("auto", "token_classification", "weights", "lm_logit", "lm_mean")
 TOKENIZE = ("pieces", "whole")
@@ -61,6 +61,7 @@ class ValueHeadOptions:
     dtype: str | None = None
 
     def __post_init__(self) -> None:
+        check_dtype(self.dtype)
         if not self.marker:
             raise ValueError("option 'marker' must be a non-empty string, e.g. '\\n'")
         split_template(self.template, "template")

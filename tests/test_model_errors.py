@@ -89,3 +89,16 @@ def test_a_classifier_checkpoint_as_the_step_tag_prm_is_refused(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and "has no trained weights for lm_head.weight" in err[0] and "token_classification" in err[0], err
+
+
+@pytest.mark.parametrize("override, message", [
+    ("policy.model=tiny:foo", "unknown tiny model 'tiny:foo'; use one of: tiny:llama"),
+    ("reward.model=tiny:foo", "unknown tiny model 'tiny:foo'"),
+    ("reward.options.dtype=bf16", "option 'dtype' = 'bf16' is not allowed; choose one of: float32, float16, bfloat16"),
+    ("reward.options.device=gpu", "reward.options.device: 'gpu' is not a device"),
+])
+def test_check_refuses_what_the_run_would_refuse(tmp_path, capsys, override, message):
+    """`ets run --check` stops on these as the run would, before any model loads."""
+    code = main(["run", "--check", "--config", str(TINY), f"output={tmp_path / 'r.jsonl'}", override])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err

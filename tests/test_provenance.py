@@ -78,27 +78,50 @@ def files(folder):
     return {p.name: p.read_bytes() for p in Path(folder).iterdir()}
 
 
-def test_an_overwrite_that_fails_before_its_first_result_leaves_the_old_results(tmp_path, capsys):
+# A reward whose model fails to load: the run fails once its output is open, before its
+# first result (its options pass every check made before).
+FAILING_REWARD = """
+from ets.rewards import ProcessRewardModel
+
+
+class Unloadable(ProcessRewardModel):
+    def __init__(self):
+        raise OSError("the PRM's weights are not there")
+
+    def score(self, questions, trajectories):
+        return []
+"""
+
+
+@pytest.fixture
+def failing_reward(tmp_path_factory, monkeypatch):
+    folder = tmp_path_factory.mktemp("plugins")
+    (folder / "unloadable_reward.py").write_text(FAILING_REWARD)
+    monkeypatch.syspath_prepend(str(folder))
+    return "reward.name=unloadable_reward:Unloadable"
+
+
+def test_an_overwrite_that_fails_before_its_first_result_leaves_the_old_results(tmp_path, capsys, failing_reward):
     """--overwrite clears the output when the new run writes its first result, not when it
-    opens it: a run that fails while its models are built (here the PRM's dtype) loses
-    nothing, and the old results still resume."""
+    opens it: a run that fails while its models are built loses nothing, and the old
+    results still resume."""
     out = tmp_path / "r.jsonl"
     assert run_cli(out, "data.limit=2") == 0
     before = files(tmp_path)
     assert set(before) == {"r.jsonl", "r.config.json", "r.summary.json"}
-    assert "bf16" in refused(capsys, run_cli(out, "data.limit=2", "method=beam", "reward.options.dtype=bf16",
-                                             "--overwrite"))
+    assert "weights are not there" in refused(capsys, run_cli(out, "data.limit=2", "method=beam", failing_reward,
+                                                               "--overwrite"))
     assert files(tmp_path) == before
     assert run_cli(out, "data.limit=2") == 0 and files(tmp_path) == before  # nothing left to do
 
 
-def test_a_sweep_overwrite_that_fails_leaves_every_old_output(tmp_path, capsys):
+def test_a_sweep_overwrite_that_fails_leaves_every_old_output(tmp_path, capsys, failing_reward):
     out = tmp_path / "sw"
     argv = ["sweep", "--quiet", "--config", str(TINY), "--methods", "beam,rebase", "--widths", "2",
             "--out", str(out), "data.limit=1"]
     assert main(argv) == 0
     before = files(out)
-    assert "bf16" in refused(capsys, main([*argv, "reward.options.dtype=bf16", "--overwrite"]))
+    assert "weights are not there" in refused(capsys, main([*argv, failing_reward, "--overwrite"]))
     assert files(out) == before
 
 
@@ -124,7 +147,7 @@ def test_check_says_what_the_output_holds_and_refuses_as_a_run_would(tmp_path, c
     assert run_cli(out, "data.limit=1") == 0
     capsys.readouterr()
     before = files(tmp_path)
-    assert check("data.limit=3") == (0, [f"# output {out}: holds 1 results of this config; a run searches the "
+    assert check("data.limit=3") == (0, [f"# output {out}: holds 1 result of this config; a run searches the "
                                          "other 2 problems"])
     assert "search.width: 4 -> 8" in refused(capsys, run_cli(out, "--check", "data.limit=1", "width=8"))
     code, lines = check("data.limit=1", "width=8", "--overwrite")

@@ -66,9 +66,10 @@ def run_demo(
     """Run each method (a one-width sweep) once per seed (default: the demo config's);
     returns one table row per method (means over the seeds, ets/app/sweep.py
     `aggregate_seeds`) and writes results, table and plot into `out`. With `overwrite`,
-    each run's old results in `out` go when it writes its first new one. `workers` / `ray_address`: each method's problems
-    sharded over Ray workers (ets/app/distributed.py). `jobs`: runs at a time, one
-    process each (ets/app/sweep.py `run_in_jobs`)."""
+    each run's old results in `out` go when it writes its first new one. `workers` /
+    `ray_address`: each method's problems sharded over Ray workers
+    (ets/app/distributed.py). `jobs`: runs at a time, one process each
+    (ets/app/sweep.py `run_in_jobs`)."""
     from ets.app.output import check_outputs
     from ets.app.sweep import run_sweep, sweep_configs
     from ets.data import load_problems

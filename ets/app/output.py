@@ -123,8 +123,8 @@ def resume_note(config: RunConfig, problems: Sequence[Problem], overwrite: bool 
         check_compatible(output, records, problems, describe(config), WAY_OUT)
     done = {r["id"] for r in records}
     todo = sum(p.id not in done for p in problems)
-    return (f"output {output}: holds {len(records)} results of this config; a run searches the other {todo} "
-            f"problem{'' if todo == 1 else 's'}")
+    return (f"output {output}: holds {len(records)} result{'' if len(records) == 1 else 's'} of this config; a run "
+            f"searches the other {todo} problem{'' if todo == 1 else 's'}")
 
 
 def check_compatible(output: Path, records: Sequence[dict[str, Any]], problems: Sequence[Problem],

@@ -152,7 +152,7 @@ def check_config(config: RunConfig, overwrite: bool = False) -> str:
     import yaml
 
     from ets.models.folder import check_model_folder
-    from ets.models.load import check_model_exists
+    from ets.models.load import check_model_exists, check_tiny_name
     from ets.rewards.plugin_faults import is_project_module, module_of
 
     build_strategy(config.search)
@@ -162,7 +162,9 @@ def check_config(config: RunConfig, overwrite: bool = False) -> str:
     check_devices(config)
     check_backend(config.policy)
     for model in (config.policy.model, config.reward.model):
-        if model and not model.startswith("tiny:"):
+        if model and model.startswith("tiny:"):
+            check_tiny_name(model)
+        elif model:
             check_model_exists(model)
     # What a folder must hold (a tokenizer, whole safetensors files): the policy's, and a
     # built-in reward's (a plug-in's own model folder is its business).

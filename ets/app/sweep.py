@@ -301,7 +301,9 @@ def _set_up_worker(driver: int) -> None:
     SIGKILL) does not take its workers with it, and a worker in the middle of a run would go
     on searching, burning the CPU and holding the run's output lock, so that the resumed
     sweep finds its output "in use". Its records so far are whole lines (ets/app/writer.py
-    drops a torn tail), so the resumed run loses nothing."""
+    drops a torn tail), so the resumed run loses nothing. SIGTERM, from the watch or from a
+    driver stopped by one (`run_in_jobs`), stops the run as Ctrl-C does (ets/app/stopping.py):
+    its output closed, then the process ends (`_job`)."""
     import signal
     import threading
     import time

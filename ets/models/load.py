@@ -72,11 +72,9 @@ def load_causal_lm(name_or_path: str, device: str = "cpu", dtype: str | torch.dt
     torch_dtype = resolve_dtype(dtype)
     check_device(device)
     if name_or_path.startswith("tiny:"):
-        from ets.models.tiny import ARCHS, build_tiny_model
+        from ets.models.tiny import build_tiny_model
 
-        arch = name_or_path.split(":", 1)[1]
-        if arch not in ARCHS:
-            raise ModelLoadError(f"unknown tiny model {name_or_path!r}; use one of: {', '.join('tiny:' + a for a in ARCHS)}")
+        arch = check_tiny_name(name_or_path)
         model, tok = build_tiny_model(arch, seed=seed, dtype=torch_dtype)
         return model.to(device), tok
     tokenizer = load_tokenizer(name_or_path)  # the folder's checks, and a missing tokenizer, before the weights
@@ -153,6 +151,16 @@ def check_model_exists(name_or_path: str) -> None:
             f"model path {name_or_path!r} is not a model folder (no config.json); pass a folder in "
             "Hugging Face format (config.json + weights + tokenizer), e.g. one written by save_pretrained"
         )
+
+
+def check_tiny_name(name: str) -> str:
+    """The architecture of a `tiny:<arch>` model name; ModelLoadError for one not known."""
+    from ets.models.tiny import ARCHS
+
+    arch = name.split(":", 1)[1]
+    if arch not in ARCHS:
+        raise ModelLoadError(f"unknown tiny model {name!r}; use one of: {', '.join('tiny:' + a for a in ARCHS)}")
+    return arch
 
 
 def check_device(device: str | torch.device, key: str = "policy.device") -> None:
