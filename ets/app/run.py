@@ -42,9 +42,10 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     loading its own models (ets/app/distributed.py); this process still writes the output."""
     if policy is None:  # a backend that cannot run here fails before anything is read or started
         check_backend(config.policy, local=ray_address is None)
-    if reward is None:  # as do the reward's options, and a device the machine lacks
+    if reward is None:  # as do the reward's options
         check_reward(config.reward)
-    check_devices(config)
+    if ray_address is None:  # and a device this machine lacks (a cluster's workers may have it)
+        check_devices(config)
     if workers > 1 or ray_address is not None:
         if policy is not None or reward is not None:
             raise ValueError("run(workers=...): each worker builds its own policy and reward; pass neither")
