@@ -36,6 +36,8 @@ from typing import Any, Callable
 import torch
 
 from ets.config import ConfigError
+from ets.config.checks import switch
+from ets.config.sections import COMPILE_MODES
 from ets.rewards.backends import EngineBackend, ScoringBackend, forward_backend, prefix_digests
 from ets.rewards.marker_prm import MarkerPRM
 from ets.rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps, split_template, token_id,
@@ -81,9 +83,8 @@ class StepTagOptions:
             raise ValueError(f"option 'max_batch_tokens' = {self.max_batch_tokens} must be >= 1")
         if self.kv_budget_tokens is not None and self.kv_budget_tokens < 1:
             raise ValueError(f"option 'kv_budget_tokens' = {self.kv_budget_tokens} must be >= 1 (or null: the engine's default)")
-        if isinstance(self.compile, bool):  # YAML reads a bare on / off as true / false
-            self.compile = "on" if self.compile else "off"
-        choice("compile", self.compile, ("auto", "on", "off"))
+        self.compile = switch(self.compile)
+        choice("compile", self.compile, COMPILE_MODES)
 
 
 class StepTagPRM(MarkerPRM):

@@ -26,6 +26,12 @@ def did_you_mean(word: Any, names: Iterable[str], written: Mapping[str, Sequence
     return f" (did you mean {' or '.join(map(repr, (written or {}).get(close[0], [close[0]])))}?)"
 
 
+def switch(value: Any) -> Any:
+    """A mode key's value (auto | on | off) as it was meant: YAML reads a bare on / off as
+    true / false. Anything else is returned as it is, for `choice` to check."""
+    return ("on" if value else "off") if isinstance(value, bool) else value
+
+
 def choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(f"{key}: {value!r} is not allowed{did_you_mean(value, allowed)}; "

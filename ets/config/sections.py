@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ets.config.checks import EMPTY_OK, ConfigError, check_fields, check_value, choice, did_you_mean, integer, positive
+from ets.config.checks import (EMPTY_OK, ConfigError, check_fields, check_value, choice, did_you_mean, integer,
+                               positive, switch)
 from ets.config.embedders import cluster_cut
 from ets.config.presets import preset
 
@@ -324,11 +325,8 @@ class PolicyConfig:
         if self.backend == "vllm" and self.memory_fraction is not None:
             raise ConfigError("policy.memory_fraction sizes the engine's pools; vLLM sizes its own: use "
                               "policy.vllm.gpu_memory_utilization (or drop policy.memory_fraction)")
-        if isinstance(self.compile, bool):  # `compile: on` in YAML is a bool
-            self.compile = "on" if self.compile else "off"
+        self.compile, self.prepack = switch(self.compile), switch(self.prepack)
         choice("policy.compile", self.compile, COMPILE_MODES)
-        if isinstance(self.prepack, bool):
-            self.prepack = "on" if self.prepack else "off"
         choice("policy.prepack", self.prepack, PREPACK_MODES)
         if self.prepack == "on" and self.compile == "on":
             raise ConfigError("policy.prepack=on and policy.compile=on: a compiled forward lays out its linears "
