@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 FIX = "delete that line (its problem is searched again on the next run) or pass --overwrite to start afresh"
-CORRUPT = "the file is corrupt: " + FIX
-# what a reader of results (ets eval, compare, diagnose, rescore's source) says instead
+# what a reader of results (ets eval, compare, diagnose, rescore's source) says instead: it
+# takes no --overwrite, and may have been given some other file
 READ_FIX = ("is it the results of an `ets run`? If so it is corrupt: delete that line and rerun that run to search "
             "its problem again")
 
@@ -35,11 +35,13 @@ def numbered_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     path = Path(path)
     if not path.exists():
         return []
-    return list(parse_lines(path.read_bytes(), path, READ_FIX))
+    return list(parse_lines(path.read_bytes(), path, reader=True))
 
 
-def parse_lines(data: bytes, name: str | Path, fix: str = CORRUPT) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) for each complete line of `data`, the contents of file `name`."""
+def parse_lines(data: bytes, name: str | Path, reader: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) for each complete line of `data`, the contents of file `name`
+    (`reader`: read by a command that only reads results, whose errors say READ_FIX)."""
+    fix = READ_FIX if reader else f"the file is corrupt: {FIX}"
     start = lineno = 0
     while start < len(data):
         end = data.find(b"\n", start)
@@ -60,17 +62,17 @@ def parse_lines(data: bytes, name: str | Path, fix: str = CORRUPT) -> Iterator[t
 
 
 def resumable(numbered: Iterator[tuple[int, dict[str, Any]]], name: str | Path,
-              fix: str = FIX) -> list[dict[str, Any]]:
+              reader: bool = False) -> list[dict[str, Any]]:
     """The records to resume, each with a distinct `id`; raises ResultsFileError naming the
-    line (`fix`: what to do, READ_FIX for a reader of results)."""
+    line (`reader`: as parse_lines)."""
     records, lines = [], {}
     for lineno, record in numbered:
         pid = record.get("id")
         if pid is None:
-            ask = f"is this an `ets run` output? {FIX}" if fix == FIX else fix
-            raise ResultsFileError(f"{name}:{lineno}: the record has no 'id'; {ask}")
+            fix = READ_FIX if reader else f"is this an `ets run` output? {FIX}"
+            raise ResultsFileError(f"{name}:{lineno}: the record has no 'id'; {fix}")
         if pid in lines:
-            also = ", or pass --overwrite to start afresh" if fix == FIX else ""  # (a reader has no --overwrite)
+            also = "" if reader else ", or pass --overwrite to start afresh"
             raise ResultsFileError(f"{name}: lines {lines[pid]} and {lineno} both hold problem {pid!r}; "
                                    f"delete one of them{also}")
         lines[pid] = lineno
@@ -80,4 +82,4 @@ def resumable(numbered: Iterator[tuple[int, dict[str, Any]]], name: str | Path,
 
 def read_resumable(path: str | Path) -> list[dict[str, Any]]:
     """The records of a results file to resume, each with a distinct `id`."""
-    return resumable(iter(numbered_records(path)), path, READ_FIX)
+    return resumable(iter(numbered_records(path)), path, reader=True)
