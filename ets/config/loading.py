@@ -51,18 +51,17 @@ def _split(raw: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str,
     search_keys = {f.name for f in fields(SearchConfig)}
     given: dict[str, str] = {}  # search key -> where it was given (top level, search:, an ETS name)
 
-    def once(key: str, written: str) -> None:
-        field = ETS_KEY_ALIASES.get(key, key)
+    def once(field: str | None, written: str) -> None:
         if field in given:
             raise ConfigError(f"{given[field]} and {written} both set the search key {field!r}; keep one")
         given[field] = written
 
     if isinstance(raw.get("search"), Mapping):
         for key in raw["search"]:
-            once(key, f"search.{key}")
+            once(_search_field(["search", key]) or key, f"search.{key}")
     for key, value in raw.items():
-        if key in ETS_KEY_ALIASES or (key in search_keys and key not in SECTIONS and key not in TOP_LEVEL):
-            once(key, key)
+        if (field := _search_field([key])) is not None:
+            once(field, key)
         if key in SECTIONS:
             if not isinstance(value, Mapping):
                 raise ConfigError(f"section {key!r} must be a mapping of keys to values")
