@@ -134,7 +134,7 @@ def search(config: ConfigLike, problems: Iterable[ProblemLike] | None = None, *,
     if reward is None:
         from ets.rewards.registry import check_reward
 
-        check_reward(config.reward)  # as do the reward's
+        check_reward(config.reward, config.policy.model)  # as do the reward's
     apply_torch_threads(config)
     items = load_problems(config) if problems is None else as_problems(problems)
     policy = policy or build_policy(config)

@@ -98,6 +98,36 @@ def _resolve(name: str) -> str:
     return name
 
 
+def embedder_note(name: str) -> str | None:
+    """`--check`'s word on a sentence embedder, found without loading it: a folder that is
+    not there raises, as a run would; a hub name this machine has not cached is a note
+    (a run downloads it, or fails where the hub cannot be reached)."""
+    if name in HIDDEN_EMBEDDERS:
+        return None
+    base = name[len(STATIC_PREFIX):] if name.startswith(STATIC_PREFIX) else name
+    if not base:
+        raise ConfigError(f"search.embedder {STATIC_PREFIX!r} names no model; {_HOW}")
+    source = _resolve(base)
+    if Path(source).expanduser().exists() or _hub_cached(source):
+        return None
+    return (f"search.embedder {name!r}: {source!r} is neither a folder nor in this machine's Hugging Face cache; "
+            f"a run downloads it from the hub, and fails where the hub cannot be reached ({_HOW})")
+
+
+def _hub_cached(name: str) -> bool:
+    """Whether the Hugging Face cache holds `name` (or sentence-transformers/`name`, which
+    sentence-transformers also tries)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    for repo in (name, f"sentence-transformers/{name}"):
+        try:
+            if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+                return True
+        except ValueError:  # not a valid repo id
+            continue
+    return False
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("ETS_CACHE_DIR") or Path.home() / ".cache" / "ets")
 

@@ -78,16 +78,30 @@ def resolve_reward(name: str) -> Any:
     )
 
 
-def check_reward(reward: RewardConfig) -> Any:
+def check_reward(reward: RewardConfig, policy_model: str | None = None) -> Any:
     """What `reward.name` resolves to, its options checked (a built-in's against its
     Options, a plug-in's against its signature) before any model loads: a typo there would
-    otherwise cost a policy's loading first (`ets run`, `ets.search`, `--check`)."""
+    otherwise cost a policy's loading first (`ets run`, `ets.search`, `--check`). A reward
+    that reads a trained head is refused a `tiny:` model (reward.model, else
+    `policy_model`, which it would load)."""
     obj = resolve_reward(reward.name)
     if hasattr(obj, "Options") and hasattr(obj, "from_config"):
-        parse_options(obj.Options, reward.options, reward.name)
+        check_trained_model(obj, parse_options(obj.Options, reward.options, reward.name), reward, policy_model)
     else:
         check_plugin(obj, reward.options, reward.name)
     return obj
+
+
+def check_trained_model(obj: Any, options: Any, reward: RewardConfig, policy_model: str | None) -> None:
+    """A reward that reads a trained head (`reads_trained_head(options)`) given a random
+    `tiny:` model (reward.model, else the policy's, which it would load) is refused in one line."""
+    model = reward.model or policy_model
+    reads = getattr(obj, "reads_trained_head", None)
+    if reads is not None and reads(options) and model and model.startswith("tiny:"):
+        where = "reward.model" if reward.model else "reward.model is unset, so the policy's model"
+        raise ConfigError(f"reward {reward.name!r} reads a trained PRM's head, and {model!r} ({where}) is a "
+                          f"random test model with none; set reward.model to a {reward.name} PRM's folder or "
+                          "hub name, or use reward.name=step_tag, which runs on a tiny: model")
 
 
 def plugin_module(name: str) -> str | None:
@@ -120,6 +134,7 @@ def build_reward(
     obj = resolve_reward(name)
     if hasattr(obj, "Options") and hasattr(obj, "from_config"):
         options = parse_options(obj.Options, reward_config.options, name)
+        check_trained_model(obj, options, reward_config, policy_config.model if policy_config else None)
         context = _context(reward_config, policy_config, engine)
         module = module_of(obj)
         if is_project_module(module):

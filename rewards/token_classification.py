@@ -66,6 +66,11 @@ class TokenClassificationOptions:
 class TokenClassificationPRM(MarkerPRM):
     Options = TokenClassificationOptions
 
+    @staticmethod
+    def reads_trained_head(options: TokenClassificationOptions) -> bool:
+        """Its scores come from a checkpoint's trained head, which a random `tiny:` model lacks."""
+        return True
+
     def __init__(self, model, tokenizer, options: TokenClassificationOptions, name: str = "token_classification",
                  num_labels: int | None = None):
         """`num_labels`: the head's outputs, as `load_token_classifier` measured them."""

@@ -76,6 +76,12 @@ class ValueHeadOptions:
 class ValueHeadPRM(MarkerPRM):
     Options = ValueHeadOptions
 
+    @staticmethod
+    def reads_trained_head(options: ValueHeadOptions) -> bool:
+        """A value head is trained (a random `tiny:` model has none); a causal LM's own
+        logits (`lm_logit`, `lm_mean`) are not."""
+        return options.head not in ("lm_logit", "lm_mean")
+
     def __init__(self, model, tokenizer, options: ValueHeadOptions, columns: list[int], name: str = "value_head"):
         """`columns`: the model's outputs whose mean is the value (one, except for lm_mean)."""
         marker_id = marker_token(tokenizer, options, name)

@@ -439,8 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="YAML config (see configs/)")
     p.add_argument("--output", help="results JSONL (overrides the config's `output`)")
     p.add_argument("--check", action="store_true",
-                   help="validate the config (and the data, the reward, the model paths) and print the resolved "
-                        "settings as YAML; nothing is loaded or run")
+                   help="validate the config (and the data, the reward, the model paths, every prompt against the "
+                        "model's context) and print the resolved settings as YAML; no model is loaded, nothing run")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. width=32 method=ets policy.backend=hf")
     p.set_defaults(func=_run)
 

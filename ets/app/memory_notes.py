@@ -15,7 +15,7 @@ from ets.engine.engine import DEFAULT_KV_TOKENS
 from ets.engine.linears import packs
 from ets.engine.memory import ENGINE_MEMORY_MULTIPLE, free_bytes, plan_for, same_device
 from ets.engine.pool import KVPool, PoolTooLarge, kv_storage_dtype
-from ets.models.load import resolve_dtype
+from ets.models.load import read_model_config, resolve_dtype
 
 
 def _gib(n: int) -> str:
@@ -39,23 +39,6 @@ def run_plans(policy, reward) -> list[dict]:
     engines = [getattr(policy, "engine", None), getattr(getattr(reward, "backend", None), "engine", None)]
     plans = dict.fromkeys(e.memory for e in engines if getattr(e, "memory", None) is not None)
     return [p.report() for p in plans]
-
-
-def _model_config(model: str):
-    """A model's config without its weights: tiny:<arch>'s, a folder's config.json, a hub
-    name's if cached; None if it cannot be read."""
-    from transformers import AutoConfig
-
-    from ets.models.folder import local_path
-
-    if model.startswith("tiny:"):
-        from ets.models.tiny import build_tokenizer, tiny_config
-
-        return tiny_config(model.split(":", 1)[1], len(build_tokenizer()))
-    try:
-        return AutoConfig.from_pretrained(local_path(model))
-    except (OSError, ValueError):
-        return None
 
 
 def _weight_bytes(model: str, dtype: torch.dtype) -> int | None:
@@ -133,7 +116,7 @@ def check_memory_notes(config: RunConfig) -> list[str]:
     plan = plan_for(policy.device, None, policy.memory_fraction, policy.reward_memory_share)
     fixed, weights = [], 0
     for name, model, device, dtype, kv_dtype, tokens, multiple, prepack, compile in engines:
-        cfg = _model_config(model)
+        cfg = read_model_config(model)
         if cfg is None:
             return [f"KV memory: the config of {model!r} cannot be read here; the run summary shows the pools"]
         per_token = KVPool.bytes_per_token_for(cfg, kv_storage_dtype(kv_dtype, resolve_dtype(dtype)))

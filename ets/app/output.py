@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -225,6 +226,23 @@ def _writer(output: Path, on_create, overwrite: bool, on_clear=None) -> Iterator
                           "choose another output path") from None
     with writer:
         yield writer
+
+
+def check_can_write(output: Path) -> None:
+    """`--check`'s proof that a run can make its files: the missing folders are made and a
+    file is made in the last, and all removed again (the permission bits say yes to root
+    where the file system still refuses, e.g. under /sys)."""
+    made = _make_parents(output.parent)
+    try:
+        fd, probe = tempfile.mkstemp(dir=output.parent, prefix=".ets-check.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"cannot write in {str(output.parent)!r} ({exc.strerror}); choose another output "
+                          "path") from None
+    finally:
+        for folder in reversed(made):
+            folder.rmdir()
 
 
 def _make_parents(folder: Path) -> list[Path]:

@@ -22,8 +22,9 @@ from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
 from ets.app.paired import correct_by_problem
-from ets.app.output import (OutputError, check_not_the_data, check_output_path, open_output, read_json, resume_note,
-                            summary_path, write_json_atomic)
+from ets.app.prompt_fit import prompt_fit_notes
+from ets.app.output import (OutputError, check_can_write, check_not_the_data, check_output_path, open_output,
+                            read_json, resume_note, summary_path, write_json_atomic)
 from ets.app.terminal import plural
 from ets.app.writer import FULL
 from ets.policy.base import Policy
@@ -43,7 +44,7 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     if policy is None:  # a backend that cannot run here fails before anything is read or started
         check_backend(config.policy, local=ray_address is None)
     if reward is None:  # as do the reward's options
-        check_reward(config.reward)
+        check_reward(config.reward, config.policy.model)
     if ray_address is None:  # and a device this machine lacks (a cluster's workers may have it)
         check_devices(config)
     if workers > 1 or ray_address is not None:
@@ -159,7 +160,8 @@ def check_config(config: RunConfig, overwrite: bool = False) -> str:
     build_strategy(config.search)
     check_output_path(Path(config.output))
     check_not_the_data(config)
-    obj = check_reward(config.reward)
+    check_can_write(Path(config.output))
+    obj = check_reward(config.reward, config.policy.model)
     check_devices(config)
     check_backend(config.policy)
     for model in (config.policy.model, config.reward.model):
@@ -185,10 +187,21 @@ def check_config(config: RunConfig, overwrite: bool = False) -> str:
     notes.extend(inert_keys_notes(config))
     notes.extend(check_memory_notes(config))
     notes.extend(check_forward_notes(config))
+    if config.search.method == "ets" and config.search.lambda_s > 0:
+        from ets.lp.clustering import embedder_note
+
+        notes.extend(filter(None, [embedder_note(config.search.embedder)]))
     if config.search.ets_code:
         notes.append("search.compat: ets_code: the ETS public code's selection and accounting (docs/FIDELITY.md)")
+    shown = ["# first prompt: not shown (the problems come from a hub dataset, not read by --check)"]
+    if problems:
+        tokenizer, why_not = check_tokenizer(config)
+        if tokenizer is None:
+            shown = [f"# first prompt: not shown ({why_not})"]
+        else:
+            notes.extend(prompt_fit_notes(config, problems, tokenizer))
+            shown = first_prompt_lines(config, problems[0], tokenizer)
     body = yaml.dump(config.to_dict(), Dumper=_dumper(), sort_keys=False, allow_unicode=True, width=100)
-    shown = first_prompt_lines(config, problems[0] if problems else None)
     return (body + "".join(f"# {n}\n" for n in notes) + "".join(line + "\n" for line in shown)
             + "# config OK: no model was loaded, nothing was run\n")
 
@@ -204,24 +217,27 @@ def check_devices(config: RunConfig) -> None:
         check_device(device, "reward.options.device")
 
 
-def first_prompt_lines(config: RunConfig, problem) -> list[str]:
-    """The exact root prompt of the first problem, as `#`-comment lines (each line of the
-    text after `# | `, so trailing blank lines show), with how it was written and any
-    warning (an instruct model given raw text). The policy's tokenizer alone is loaded;
-    a hub name that cannot be reached here is a note, not an error."""
+def check_tokenizer(config: RunConfig):
+    """The policy's tokenizer for `--check` (the one model file it loads), or a note saying
+    why it is not here: a hub name that cannot be reached here is a note, not an error."""
     from ets.models.load import ModelLoadError, load_tokenizer
-    from ets.policy.chat import format_notes, prompt_format, render
 
-    if problem is None:
-        return ["# first prompt: not shown (the problems come from a hub dataset, not read by --check)"]
     try:
-        tokenizer = load_tokenizer(config.policy.model)
+        return load_tokenizer(config.policy.model), None
     except (OSError, ValueError, ModelLoadError) as exc:
         if Path(config.policy.model).expanduser().exists():
             raise ModelLoadError(f"the tokenizer of {config.policy.model!r} could not be loaded: "
                                  f"{str(exc).splitlines()[0]}; the folder needs its tokenizer files") from None
-        return [f"# first prompt: not shown (the tokenizer of {config.policy.model!r} could not be loaded here: "
-                f"{str(exc).splitlines()[0][:160]})"]
+        return None, (f"the tokenizer of {config.policy.model!r} could not be loaded here: "
+                      f"{str(exc).splitlines()[0][:160]}")
+
+
+def first_prompt_lines(config: RunConfig, problem, tokenizer) -> list[str]:
+    """The exact root prompt of the first problem, as `#`-comment lines (each line of the
+    text after `# | `, so trailing blank lines show), with how it was written and any
+    warning (an instruct model given raw text)."""
+    from ets.policy.chat import format_notes, prompt_format, render
+
     fmt = prompt_format(tokenizer, config.policy)
     text, ids = render(tokenizer, config.policy, fmt, problem.question)
     lines = [f"# first prompt ({problem.id!r}, {len(ids)} tokens, {fmt.source}):"]

@@ -76,6 +76,7 @@ from ets.config import ConfigError, SearchConfig
 from ets.data import DataError, Problem
 from ets.loop import rules
 from ets.loop.admission import KVAdmission
+from ets.loop.fit import check_pool_holds, sequence_tokens
 from ets.loop.lookahead import look_ahead
 from ets.loop.record import result_record
 from ets.policy.base import ExpandRequest, Policy, Prompt, PromptTooLong, SamplingSettings, Step
@@ -301,22 +302,7 @@ class SearchLoop:
         if capacity is None or not self._prompts:
             return
         index, problem = max(reversed(self.pending), key=lambda item: len(self._prompts[item[0]].token_ids))
-        prompt = len(self._prompts[index].token_ids)
-        need = self.sequence_tokens(prompt)
-        if need > capacity:
-            c = self.config
-            by_tokens, by_depth = c.max_tokens - 1 + c.max_step_tokens, c.max_depth * c.max_step_tokens
-            if need < prompt + min(by_tokens, by_depth):
-                why, lower = f"what the model's context of {self.context_tokens} leaves", "policy.max_context"
-            elif by_depth < by_tokens:
-                why, lower = f"max_depth {c.max_depth} x max_step_tokens {c.max_step_tokens}", "max_depth"
-            else:
-                why, lower = f"max_tokens {c.max_tokens} - 1 + max_step_tokens {c.max_step_tokens}", "max_tokens"
-            raise ConfigError(
-                f"policy.kv_budget_tokens: the policy's KV pool of {capacity} tokens cannot hold one sequence of "
-                f"problem {problem.id!r}: its prompt ({prompt} tokens) and up to {need - prompt} generated tokens "
-                f"({why}) need {need}; set policy.kv_budget_tokens >= {need} or lower {lower} (a pool smaller than "
-                f"a whole search is fine: the engine evicts and recomputes)")
+        check_pool_holds(capacity, problem.id, len(self._prompts[index].token_ids), self.config, self.context_tokens)
 
     def _check_embeddings(self) -> None:
         """`search.embedder: policy` needs a policy that hands out step embeddings, `prm` a
@@ -333,12 +319,8 @@ class SearchLoop:
                               f"does not hand out{why}; use embedder: policy (the policy's) {others}")
 
     def sequence_tokens(self, prompt_tokens: int) -> int:
-        """The longest sequence a search from a prompt of `prompt_tokens` asks the policy for:
-        a path is extended only while it holds fewer than max_tokens generated tokens and
-        max_depth steps, by at most max_step_tokens, and never past the model's context."""
-        c = self.config
-        need = prompt_tokens + min(c.max_tokens - 1 + c.max_step_tokens, c.max_depth * c.max_step_tokens)
-        return need if self.context_tokens is None else min(need, self.context_tokens)
+        """The longest sequence a search from a prompt of `prompt_tokens` asks the policy for."""
+        return sequence_tokens(prompt_tokens, self.config, self.context_tokens)
 
     def _prompt(self, index: int, problem: Problem) -> Prompt:
         """The problem's prompt, formatted (and fitted to the context) once."""

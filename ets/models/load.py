@@ -153,6 +153,23 @@ def check_model_exists(name_or_path: str) -> None:
         )
 
 
+def read_model_config(model: str):
+    """A model's config without its weights: tiny:<arch>'s, a folder's config.json, a hub
+    name's if cached; None if it cannot be read."""
+    from transformers import AutoConfig
+
+    from ets.models.folder import local_path
+
+    if model.startswith("tiny:"):
+        from ets.models.tiny import build_tokenizer, tiny_config
+
+        return tiny_config(check_tiny_name(model), len(build_tokenizer()))
+    try:
+        return AutoConfig.from_pretrained(local_path(model))
+    except (OSError, ValueError):
+        return None
+
+
 def check_tiny_name(name: str) -> str:
     """The architecture of a `tiny:<arch>` model name; ModelLoadError for one not known."""
     from ets.models.tiny import ARCHS
