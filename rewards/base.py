@@ -20,6 +20,8 @@ import math
 from abc import ABC, abstractmethod
 from typing import Sequence
 
+from ets.app.terminal import plural
+
 
 class RewardError(ValueError):
     """A reward model returned something that breaks the interface."""
@@ -58,20 +60,21 @@ def validate_scores(scores, trajectories, name: str, ids: Sequence[str] | None =
     def question(q: int) -> str:
         return f"question {q}" + (f" (problem {ids[q]!r})" if ids is not None and q < len(ids) else "")
 
-    per_question = _as_list(scores, f"of scores for {len(trajectories)} questions", fail, "")
+    per_question = _as_list(scores, f"of scores for {plural(len(trajectories), 'question')}", fail, "")
     if len(per_question) != len(trajectories):
-        raise fail(f"scores for {len(per_question)} questions, expected {len(trajectories)}")
+        raise fail(f"scores for {plural(len(per_question), 'question')}, expected {len(trajectories)}")
     out: list[list[list[float]]] = []
     for q, (per_q, trajs) in enumerate(zip(per_question, trajectories)):
-        per_q = _as_list(per_q, f"of {len(trajs)} trajectories' scores", fail, f" for {question(q)}")
+        per_q = _as_list(per_q, f"of {plural(len(trajs), 'trajectory', 'trajectories')}' scores", fail,
+                         f" for {question(q)}")
         if len(per_q) != len(trajs):
-            raise fail(f"{len(per_q)} trajectories for {question(q)}, expected {len(trajs)}")
+            raise fail(f"{plural(len(per_q), 'trajectory', 'trajectories')} for {question(q)}, expected {len(trajs)}")
         out_q = []
         for t, (per_t, steps) in enumerate(zip(per_q, trajs)):
             where = f" for {question(q)} trajectory {t}"
-            per_t = _as_list(per_t, f"of {len(steps)} step scores (one per step)", fail, where)
+            per_t = _as_list(per_t, f"of {plural(len(steps), 'step score')} (one per step)", fail, where)
             if len(per_t) != len(steps):
-                raise fail(f"{len(per_t)} step scores{where}, expected {len(steps)}")
+                raise fail(f"{plural(len(per_t), 'step score')}{where}, expected {len(steps)}")
             out_q.append([_as_score(v, fail, f"{where} step {s}") for s, v in enumerate(per_t)])
         out.append(out_q)
     return out
@@ -88,7 +91,10 @@ def _as_list(value, expected: str, fail, where: str) -> list:
 
 def _as_score(value, fail, where: str) -> float:
     """`value` as a float in [0, 1], or the named error."""
-    if isinstance(value, (str, bytes)) or not hasattr(type(value), "__float__"):
+    # A bool (Python's or numpy's) converts to 1.0 / 0.0: a reward returning a verdict where
+    # a probability is due, refused rather than read as certainty.
+    is_bool = type(value).__name__ in ("bool", "bool_") or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+    if isinstance(value, (str, bytes)) or is_bool or not hasattr(type(value), "__float__"):
         raise fail(f"{_show(value)}{where}; a score must be a number in [0, 1]")
     try:
         v = float(value)

@@ -105,7 +105,7 @@ def test_bad_config_names_the_problem(name, options, expected):
 
 @pytest.mark.parametrize(
     "fn, expected",
-    [("wrong_shape", "1 step scores for question 0 trajectory 0, expected 2"),
+    [("wrong_shape", "1 step score for question 0 trajectory 0, expected 2"),
      ("returns_nan", "nan for question 0 trajectory 0 step 0"),
      ("too_big", "1.5 for question 0 trajectory 0 step 0")],
 )

@@ -24,13 +24,13 @@ TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
         ("0.5", "returned '0.5' (a str), expected a list"),
         ({"q": 1}, "(a dict), expected a list"),
         ((s for s in []), "(a generator), expected a list"),
-        ([[[0.1, 0.2], [0.3]]], "scores for 1 questions, expected 2"),
+        ([[[0.1, 0.2], [0.3]]], "scores for 1 question, expected 2"),
         ([None, [[0.4]]], "None for question 0, expected a list of 2 trajectories' scores"),
-        ([[[0.1, 0.2]], [[0.4]]], "1 trajectories for question 0, expected 2"),
+        ([[[0.1, 0.2]], [[0.4]]], "1 trajectory for question 0, expected 2"),
         # A float per trajectory instead of a list per step: the commonest plug-in mistake.
         ([[0.5, 0.3], [0.4]], "0.5 (a float) for question 0 trajectory 0, expected a list of 2 step scores (one per step)"),
         ([[None, [0.3]], [[0.4]]], "None for question 0 trajectory 0, expected a list of 2 step scores"),
-        ([[[0.1], [0.3]], [[0.4]]], "1 step scores for question 0 trajectory 0, expected 2"),
+        ([[[0.1], [0.3]], [[0.4]]], "1 step score for question 0 trajectory 0, expected 2"),
         ([[[0.1, 0.2, 0.3], [0.3]], [[0.4]]], "3 step scores for question 0 trajectory 0, expected 2"),
         ([[[0.1, "0.2"], [0.3]], [[0.4]]], "'0.2' (a str) for question 0 trajectory 0 step 1; a score must be a number"),
         ([[[0.1, None], [0.3]], [[0.4]]], "None for question 0 trajectory 0 step 1; a score must be a number"),
@@ -39,6 +39,9 @@ TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
         ([[[0.1, math.nan], [0.3]], [[0.4]]], "nan for question 0 trajectory 0 step 1; scores must be finite and in [0, 1]"),
         ([[[0.1, 0.2], [math.inf]], [[0.4]]], "inf for question 0 trajectory 1 step 0"),
         ([[[0.1, 0.2], [0.3]], [[-0.1]]], "-0.1 for question 1 trajectory 0 step 0"),
+        # A verdict where a probability is due: not read as certainty.
+        ([[[0.1, True], [0.3]], [[0.4]]], "True (a bool) for question 0 trajectory 0 step 1; a score must be a number"),
+        ([[[0.1, 0.2], [0.3]], [[torch.tensor(False)]]], "tensor(False) (a Tensor) for question 1 trajectory 0 step 0"),
     ],
 )
 def test_each_wrong_output_is_one_named_line(scores, expected):
