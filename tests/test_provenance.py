@@ -368,3 +368,42 @@ def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
         run.kill()
     assert "ets: interrupted; finished problems are saved" in run.stderr.read()
     assert not out.exists()
+
+
+STUBBORN_REWARD = '''
+import time
+from pathlib import Path
+
+def stubborn(questions, trajectories):
+    Path(__file__).with_name("scoring").touch()
+    while True:
+        try:
+            time.sleep(120)
+        except BaseException:  # what a library catching everything does to the stop
+            pass
+'''
+
+
+@pytest.mark.parametrize("grace, signals", [(1.0, 1), (600.0, 2)])
+def test_a_swallowed_sigterm_still_ends_the_process(tmp_path, grace, signals):
+    """Code that catches every exception swallows SIGTERM's stop: the process still ends,
+    after the grace period, or at once on a second SIGTERM."""
+    (tmp_path / "stubborn_reward.py").write_text(STUBBORN_REWARD)
+    scoring = tmp_path / "scoring"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    code = (f"import sys, ets.app.stopping as s; s.STOP_GRACE_SECONDS = {grace}; from ets.app.cli import main; "
+            f"sys.exit(main(['run', '--quiet', '--config', {str(TINY)!r}, 'output={tmp_path / 'r.jsonl'}', "
+            "'data.limit=1', 'reward.name=stubborn_reward:stubborn']))")
+    run = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):
+            if scoring.exists() or run.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert scoring.exists(), run.stderr.read() if run.poll() is not None else "no reward call"
+        for _ in range(signals):
+            run.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+        assert run.wait(30) == 143
+    finally:
+        run.kill()

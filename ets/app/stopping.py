@@ -6,12 +6,23 @@ are left to the operating system. With `stop_on_sigterm()`, SIGTERM raises `Term
 (a KeyboardInterrupt) where the main thread is, and the command unwinds as it does on
 Ctrl-C: each open output closed (one holding nothing removed), workers ended, the
 finished problems kept for a rerun to resume after.
+
+The process still ends if the exception does not end it: code that catches every
+exception (a library's, during an import) can swallow it, and unwinding can hang. So the
+first SIGTERM also starts a timer that exits with 143 after `STOP_GRACE_SECONDS`, and a
+second SIGTERM exits at once.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+
+STOP_GRACE_SECONDS = 60.0
+EXIT_CODE = 143  # 128 + SIGTERM, as a shell reports a process it ended
+
+_stopping = threading.Event()
 
 
 class Terminated(KeyboardInterrupt):
@@ -19,6 +30,12 @@ class Terminated(KeyboardInterrupt):
 
 
 def _raise_terminated(signum, frame) -> None:
+    if _stopping.is_set():
+        os._exit(EXIT_CODE)
+    _stopping.set()
+    timer = threading.Timer(STOP_GRACE_SECONDS, os._exit, args=(EXIT_CODE,))
+    timer.daemon = True
+    timer.start()
     raise Terminated()
 
 

@@ -327,12 +327,12 @@ def _set_up_worker(driver: int) -> None:
 def _job(config: RunConfig, overwrite: bool = False) -> dict[str, Any]:
     """One run of `run_in_jobs`, in its own process: its models, its search, its summary."""
     from ets.app.run import run
-    from ets.app.stopping import Terminated
+    from ets.app.stopping import EXIT_CODE, Terminated
 
     try:
         return run(config, show_progress=False, overwrite=overwrite)
     except Terminated:
-        os._exit(143)  # its output closed: this process ends, as its driver is stopping
+        os._exit(EXIT_CODE)  # its output closed: this process ends, as its driver is stopping
     finally:
         # The run's models sit in reference cycles (see run_sweep) and this process takes
         # the next run: free its KV pools now, not at the collector's next whim.
