@@ -28,6 +28,7 @@ shows as `reward_stats`.
 
 from __future__ import annotations
 
+import logging
 from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ from ets.rewards.marking import (MarkedText, MarkerError, clean_step, mark_steps
                              tokenize_marked_offsets)
 from ets.rewards.options import RewardContext, check_dtype, choice
 from ets.rewards.surprise import SurpriseReadout, number_rows, number_token_ids, step_surprise
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "engine", "forward")
 MAX_MEMO_STEPS = 1 << 18       # steps whose surprise the readout remembers (a few MB)
@@ -189,6 +192,8 @@ class StepTagPRM(MarkerPRM):
         def make_backend(cols: list[int]) -> ScoringBackend:
             if wants_engine(options, ctx.use_engine) and options.share_policy_engine and ctx.engine is not None:
                 return EngineBackend(ctx.engine, cols, owns_engine=False)
+            if note := unshared_note(options, ctx.use_engine, ctx.engine is not None or not ctx.use_engine):
+                log.warning(note)
             model, _ = load_causal_lm(ctx.model, device=device, dtype=dtype)
             if wants_engine(options, ctx.use_engine):
                 from ets.config import ConfigError
@@ -220,3 +225,20 @@ class StepTagPRM(MarkerPRM):
 def wants_engine(options: StepTagOptions, policy_on_engine: bool) -> bool:
     """Whether the PRM scores on an engine (its own, or the policy's when shared)."""
     return options.backend == "engine" or (options.backend == "auto" and policy_on_engine)
+
+
+def unshared_note(options: StepTagOptions, policy_on_engine: bool, same_model: bool) -> str | None:
+    """Why `share_policy_engine: true` does nothing here (the PRM scores on the policy's
+    engine only on an engine, with the policy's own model), as a note; None if it shares."""
+    if not options.share_policy_engine:
+        return None
+    own = "an engine of its own" if wants_engine(options, policy_on_engine) else "a plain forward"
+    if options.backend == "forward":
+        why, instead = "reward.options.backend is forward", own
+    elif not policy_on_engine:
+        why, instead = "the policy runs on no engine (policy.backend)", own
+    elif not same_model:
+        why, instead = "reward.model is not the policy's model", "an engine of its own"
+    else:
+        return None
+    return f"reward.options.share_policy_engine: true has no effect: {why}; the PRM scores on {instead}"

@@ -224,12 +224,20 @@ def _presets(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from ets.app.evaluate import evaluate
     from ets.app.merge import load_merged
+    from ets.app.result_runs import seed_files
 
     if not args.at_n and (args.plot is not None or args.at_n_seeds is not None):
         from ets.app.evaluate import EvalError
 
         flag = "--plot" if args.plot is not None else "--at-n-seeds"
         raise EvalError(f"{flag} is an option of --at-n; add --at-n (or drop {flag})")
+    if args.at_n and args.vote is not None:
+        from ets.app.evaluate import EvalError
+
+        raise EvalError("--vote is not an option of --at-n, which shows all three votes; drop --vote")
+    args.vote = args.vote or "weighted"
+    if len(args.files) == 1 and (seeds := seed_files(args.files[0])):
+        return _eval_seeds(args, seeds)
     run = load_merged(args.files)
     if args.at_n:
         return _at_n(args, run)
@@ -243,6 +251,31 @@ def _eval(args: argparse.Namespace) -> int:
         ungraded = f"; {result['ungraded']} without a ground truth not counted" if result.get("ungraded") else ""
         print(f"accuracy {result['accuracy']:.4f} ({result['correct']}/{result['problems']}) agg={args.agg} "
               f"vote={args.vote}{files}{ungraded}")
+    return 0
+
+
+def _eval_seeds(args: argparse.Namespace, seeds: dict[str, str]) -> int:
+    """`ets eval` of a sweep's run named without its seed: each seed's accuracy, and their
+    mean and sample sd."""
+    import statistics
+
+    from ets.app.evaluate import EvalError, evaluate, load_results
+    from ets.app.terminal import plural
+
+    if args.at_n:
+        raise EvalError(f"--at-n reads one run: pass one seed's file, e.g. {next(iter(seeds.values()))}")
+    results = {seed: evaluate(load_results(path), args.agg, args.vote, float_rounding=args.float_rounding)
+               for seed, path in seeds.items()}
+    accuracies = [r["accuracy"] for r in results.values()]
+    mean = statistics.fmean(accuracies)
+    sd = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
+    if args.json:
+        print(json.dumps({"seeds": results, "accuracy_mean": mean, "accuracy_sd": sd}))
+        return 0
+    for seed, r in results.items():
+        print(f"seed {seed}: accuracy {r['accuracy']:.4f} ({r['correct']}/{r['problems']})")
+    print(f"accuracy {mean:.4f} ± {sd:.4f} (mean ± sd over {plural(len(results), 'seed')}) agg={args.agg} "
+          f"vote={args.vote}")
     return 0
 
 
@@ -302,7 +335,8 @@ def _demo(args: argparse.Namespace) -> int:
                     overwrite=args.overwrite, workers=args.workers, ray_address=args.ray_address, seeds=seeds,
                     jobs=jobs)
     print()
-    print(demo_title(rows, args.width, seeds, jobs))
+    runs = len(methods) * len(seeds or [None])  # fewer runs than jobs: that many ran at once
+    print(demo_title(rows, args.width, seeds, min(jobs, runs)))
     print("\n".join(sweep_lines(rows, args.wide)))
     print(f"\nresults, table.md/.csv and methods.png/.pdf in {args.out}/ ({time.perf_counter() - start:.0f} s)")
     return 0
@@ -459,13 +493,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_sweep)
 
     p = sub.add_parser("eval", parents=[common], help="accuracy of a results file (ours or the ETS code's answers.json), "
-                                                      "or of the slices of one run in several files")
+                                                      "of the slices of one run in several files, or of a sweep's "
+                                                      "run over its seeds")
     p.add_argument("files", nargs="+", metavar="file",
                    help="results file; several: the slices of one dataset searched apart (e.g. a Slurm array), "
-                        "merged (a problem in two files, or twice in one, and files of different configs are refused)")
+                        "merged (a problem in two files, or twice in one, and files of different configs are refused); "
+                        "a sweep's run named without its seed (runs/s/rebase_w64): each seed's accuracy, and their "
+                        "mean and sd")
     p.add_argument("--agg", default="last", choices=AGGREGATIONS, help="step-score aggregation")
-    p.add_argument("--vote", default="weighted", choices=VOTES, help="how the answer is chosen (not with --at-n, "
-                                                                     "which shows all three)")
+    p.add_argument("--vote", default=None, choices=VOTES, help="how the answer is chosen (default: weighted; not "
+                                                              "with --at-n, which shows all three)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--at-n", action="store_true",
                    help="accuracy with n = 1, 2, 4, ... of each problem's W trajectories (and W), drawn without "
@@ -580,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         usage_error(f"ets {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
     args.quiet = getattr(args, "quiet", False)
     configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command not in ("eval", "compare", "diagnose", "presets"))
-    from ets.app.stopping import Terminated, stop_on_sigterm
+    from ets.app.stopping import EXIT_CODE, Terminated, stop_on_sigterm
 
     stop_on_sigterm()
     try:
@@ -590,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as stop:
         print("ets: interrupted; finished problems are saved, rerun the same command to resume", file=sys.stderr)
-        return 143 if isinstance(stop, Terminated) else 130
+        return EXIT_CODE if isinstance(stop, Terminated) else 130
 
 
 def _one_line(exc: BaseException) -> str:

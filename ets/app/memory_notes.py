@@ -63,15 +63,36 @@ def _weight_bytes(model: str, dtype: torch.dtype) -> int | None:
 def _reward_engine(config: RunConfig):
     """The step-tag PRM's options, when the run gives it an engine of its own (rewards/
     step_tag.py: scoring on an engine, not the policy's); else None."""
+    from ets.rewards.step_tag import unshared_note, wants_engine
+
+    options = step_tag_options(config)
+    on_engine = config.policy.backend == "engine"
+    if options is None or not wants_engine(options, on_engine):
+        return None
+    shared = options.share_policy_engine and unshared_note(options, on_engine, _same_model(config)) is None
+    return None if shared else options
+
+
+def step_tag_options(config: RunConfig):
+    """The step-tag PRM's options, parsed; None for another reward."""
     from ets.rewards.options import parse_options
-    from ets.rewards.step_tag import StepTagOptions, wants_engine
+    from ets.rewards.step_tag import StepTagOptions
 
     if config.reward.name != "step_tag":
         return None
-    options = parse_options(StepTagOptions, config.reward.options, config.reward.name)
-    if options.share_policy_engine or not wants_engine(options, config.policy.backend == "engine"):
-        return None
-    return options
+    return parse_options(StepTagOptions, config.reward.options, config.reward.name)
+
+
+def unshared_engine_note(config: RunConfig) -> str | None:
+    """`--check`'s line when the step-tag PRM is told to share the policy's engine and cannot."""
+    from ets.rewards.step_tag import unshared_note
+
+    options = step_tag_options(config)
+    return None if options is None else unshared_note(options, config.policy.backend == "engine", _same_model(config))
+
+
+def _same_model(config: RunConfig) -> bool:
+    return config.reward.model in (None, config.policy.model)
 
 
 class EngineSettings(NamedTuple):

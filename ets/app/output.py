@@ -124,8 +124,21 @@ def resume_note(config: RunConfig, problems: Sequence[Problem], overwrite: bool 
         check_compatible(output, records, problems, describe(config), WAY_OUT)
     done = {r["id"] for r in records}
     todo = sum(p.id not in done for p in problems)
+    trees = treeless_note(output, records, config.save_trees)
     return (f"output {output}: holds {len(records)} result{'' if len(records) == 1 else 's'} of this config; a run "
-            f"searches the other {todo} problem{'' if todo == 1 else 's'}")
+            f"searches the other {todo} problem{'' if todo == 1 else 's'}" + (f"; {trees}" if trees else ""))
+
+
+def treeless_note(output: Path, records: Sequence[dict[str, Any]], save_trees: bool) -> str | None:
+    """With save_trees, a line on the results already in `output` without their trees
+    (written without it: save_trees does not change a result, so they are resumed as they are)."""
+    if not save_trees:
+        return None
+    without = sum("tree" not in r for r in records)
+    if not without:
+        return None
+    return (f"save_trees: {without} of the results already in {output} have no tree and keep none (resuming "
+            "searches only the problems not yet done); --overwrite searches them all again, with their trees")
 
 
 def check_compatible(output: Path, records: Sequence[dict[str, Any]], problems: Sequence[Problem],

@@ -1,4 +1,4 @@
-"""The results `ets compare` and `ets diagnose` read: files of `ets run`, or a sweep's run
+"""The results `ets compare`, `ets diagnose` and `ets eval` read: files of `ets run`, or a sweep's run
 named without its seed (`runs/s/rebase_w64`), which stands for its seed files
 (`runs/s/rebase_w64_s<seed>.jsonl`)."""
 
@@ -32,7 +32,7 @@ def load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, s
     _jsonl_only(command, given, why)
     runs = []
     for path in given:
-        seeds = _seed_files(path)
+        seeds = seed_files(path)
         if not seeds and not os.path.exists(path) and not path.endswith(".jsonl"):
             raise EvalError(f"{path!r} is neither a results file nor a sweep's run with seed files "
                             f"{path}_s<seed>.jsonl; pass the output of `ets run` or `ets sweep --seeds`")
@@ -46,7 +46,7 @@ def load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, s
     return runs
 
 
-def _seed_files(given: str) -> dict[str, str]:
+def seed_files(given: str) -> dict[str, str]:
     """A sweep's run named without its seed (`runs/s/rebase_w64`) -> its seed files there
     (`runs/s/rebase_w64_s<seed>.jsonl`) by seed, in numeric order; {} for anything else."""
     if os.path.exists(given) or given.endswith(".jsonl"):

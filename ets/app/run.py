@@ -16,15 +16,16 @@ from typing import Any
 from ets.answers.accuracy import accuracy
 from ets.api import apply_torch_threads, build_reward
 from ets.app.forward_notes import check_forward_notes
-from ets.app.memory_notes import check_memory_notes, run_plans
-from ets.config import RunConfig, model_preset_notes
+from ets.app.memory_notes import check_memory_notes, run_plans, unshared_engine_note
+from ets.config import DataConfig, RunConfig, model_preset_notes
+from ets.config.method_keys import unread_keys_note
 from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
 from ets.app.paired import correct_by_problem
 from ets.app.prompt_fit import prompt_fit_notes
 from ets.app.output import (OutputError, check_can_write, check_not_the_data, check_output_path, open_output,
-                            read_json, resume_note, summary_path, write_json_atomic)
+                            read_json, resume_note, summary_path, treeless_note, write_json_atomic)
 from ets.app.terminal import plural
 from ets.app.writer import FULL
 from ets.policy.base import Policy
@@ -61,6 +62,8 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
     problems = load_problems(config.data)
     with open_output(config, problems, overwrite=overwrite) as writer:
         todo = [p for p in problems if p.id not in writer.done_ids]
+        if note := treeless_note(Path(config.output), writer.records, config.save_trees):
+            log.warning(note)
         new_records: list[dict[str, Any]] = []
         run_stats: RunStats | None = None
         elapsed = 0.0
@@ -140,6 +143,9 @@ def inert_keys_notes(config: RunConfig) -> list[str]:
         notes.append(f"num_threads: {config.num_threads} has no effect here (in the ETS code it sized SGLang's "
                      f"client threads); problems searched at once: concurrency = {config.concurrency}")
     notes.extend(config.policy.inert_keys_notes())
+    if config.data.path is not None and config.data.hf_split != DataConfig.hf_split:
+        notes.append(f"data.hf_split: {config.data.hf_split} has no effect: the problems come from data.path "
+                     f"({config.data.path}), and the split is read with data.hf_name")
     notes.extend(no_effect_note(key, value, config.search.method, config.policy.backend)
                  for key, value in config.no_effect.items())
     return notes
@@ -185,6 +191,7 @@ def check_config(config: RunConfig, overwrite: bool = False) -> str:
             section = "policy" if key == "policy_model_type" else "reward"
             notes.append(f"{key}: {getattr(config, key)} set the {section} keys not given explicitly (`ets presets`)")
     notes.extend(inert_keys_notes(config))
+    notes.extend(filter(None, [unread_keys_note(config.search), unshared_engine_note(config)]))
     notes.extend(check_memory_notes(config))
     notes.extend(check_forward_notes(config))
     if config.search.method == "ets" and config.search.lambda_s > 0:

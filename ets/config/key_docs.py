@@ -147,8 +147,9 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "format": "The file's layout: `gsm8k` (`question`, `answer` with `#### N`), `math500` (`problem`, "
                   "`answer`), `fields` (named by `question_field` and `answer_field`), or `auto` (told apart by "
                   "the first record's keys).",
-        "question_field": "With `format: fields`: the field that holds the question.",
-        "answer_field": "With `format: fields`: the field that holds the ground-truth answer.",
+        "question_field": "With `format: fields`: the field that holds the question (under `format: auto`, "
+                          "naming it reads the file as `fields`).",
+        "answer_field": "With `format: fields`: the field that holds the ground-truth answer (as `question_field`).",
         "hf_name": "A Hugging Face `datasets` name to load instead of `path` (on machines with the hub; the "
                    "`hub` extra).",
         "hf_split": "The split of `hf_name`.",

@@ -168,4 +168,9 @@ def model_preset_keys(match: str) -> list[str]:
                 return [f"policy.{k}: {v!r}" for k, v in row["policy"].items()]
             return [f"reward.name: {row['reward']['name']!r}"] + [
                 f"reward.options.{k}: {v!r}" for k, v in row["reward"]["options"].items()]
-    raise ConfigError(f"no preset matches {match!r}; `ets presets` lists them")
+    word = match.lower()
+    near = [row["match"] for row in MODEL_PRESETS if word in row["match"] or word in row["about"].lower()]
+    hint = (f"; presets that mention it: {', '.join(near)} (give one of these, or a model name it matches)"
+            if near else "")
+    raise ConfigError(f"no preset matches {match!r} (a model name such as Qwen/Qwen2.5-Math-7B-Instruct, or a "
+                      f"preset's glob){hint}; `ets presets` lists them")

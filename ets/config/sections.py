@@ -132,13 +132,16 @@ class SearchConfig:
         # Which names exist is the strategy registry's to say (search.available(), checked by
         # search.build): a strategy registered by a user needs no edit here.
         self.method = METHOD_ALIASES.get(self.method, self.method)
-        if self.fixed_width is not None and self.fixed_width <= 0:
-            self.fixed_width = None   # the ETS code writes -1 for "not set"
+        if self.fixed_width == -1 and not isinstance(self.fixed_width, bool):
+            self.fixed_width = None   # the ETS code writes -1 for "not set"; 0 or -2 is a mistake, refused below
         for key in ("width", "max_step_tokens", "max_tokens", "max_depth"):
             integer(key, getattr(self, key), 1)
         integer("top_k", self.top_k, 0)
         integer("seed", self.seed, 0)  # below 2**63 (check_fields): torch and numpy take a 64-bit seed
         if self.fixed_width is not None:
+            if isinstance(self.fixed_width, int) and not isinstance(self.fixed_width, bool) and self.fixed_width < 1:
+                raise ConfigError(f"fixed_width: {self.fixed_width} is not a count of beams or subtrees; set it >= 1, "
+                                  "or leave it unset (null, or the ETS code's -1) for ceil(sqrt(width))")
             integer("fixed_width", self.fixed_width, 1)
             if self.method == "dvts" and self.fixed_width > self.width:
                 # each of the fixed_width subtrees gets width // fixed_width = 0 of the width
@@ -392,6 +395,12 @@ class DataConfig:
     def __post_init__(self) -> None:
         check_fields(self, "data.")
         choice("data.format", self.format, ("auto", "gsm8k", "math500", "fields"))
+        named = [f"data.{key}" for key in ("question_field", "answer_field") if getattr(self, key) is not None]
+        if named and self.format == "auto":
+            self.format = "fields"  # naming the fields says how the file is laid out
+        elif named and self.format != "fields":
+            raise ConfigError(f"{' and '.join(named)}: read with data.format=fields, and the format is "
+                              f"{self.format} (its fields are fixed); set data.format=fields, or remove them")
         if self.format == "fields" and not (self.question_field and self.answer_field):
             raise ConfigError("data.format=fields needs data.question_field and data.answer_field")
         if self.limit is not None:

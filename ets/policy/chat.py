@@ -121,6 +121,9 @@ def format_notes(tokenizer, config: PolicyConfig, fmt: PromptFormat) -> list[str
             notes.append(f"policy {config.model!r} has a chat template but gets raw text (policy.chat_template: "
                          f"false): an instruct model prompted outside its chat format usually answers worse; "
                          f"set policy.chat_template: auto")
+    if not fmt.chat and config.chat_template_kwargs:
+        notes.append(f"policy.chat_template_kwargs ({', '.join(config.chat_template_kwargs)}) have no effect: the "
+                     "prompts are raw text, with no chat template to pass them to (set policy.chat_template)")
     if not fmt.chat and config.system_prompt:
         notes.append("policy.system_prompt is written as plain text before the prompt: the policy has no chat "
                      "template (set policy.chat_template to use one)")
