@@ -20,7 +20,8 @@ import math
 from abc import ABC, abstractmethod
 from typing import Sequence
 
-from ets.app.terminal import plural
+from ets.config.checks import plural
+
 
 
 class RewardError(ValueError):

@@ -12,12 +12,9 @@ from __future__ import annotations
 import textwrap
 from typing import Any, Sequence
 
+from ets.config.checks import plural  # noqa: F401  (the commands' messages count with it)
+
 WIDTH = 100  # columns every line of a command's default output fits in
-
-
-def plural(count: int, word: str, many: str | None = None) -> str:
-    """`1 problem`, `2 problems` (`many` for a plural that is not word + "s")."""
-    return f"{count} {word if count == 1 else many or word + 's'}"
 
 
 def compact(value: float | None, digits: int = 3) -> str:

@@ -16,6 +16,11 @@ class ConfigError(ValueError):
     """A configuration key or value is not valid; the message names it and the fix."""
 
 
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """`1 problem`, `2 problems` (`many` for a plural that is not word + "s"): for messages."""
+    return f"{count} {word if count == 1 else many or word + 's'}"
+
+
 def did_you_mean(word: Any, names: Iterable[str], written: Mapping[str, Sequence[str]] | None = None) -> str:
     """" (did you mean 'width'?)" for the closest of `names` to a mistyped `word`, else "";
     `written` gives what to suggest for a name where that is not the name itself (model ->
