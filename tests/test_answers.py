@@ -28,6 +28,20 @@ from ets.config import ANSWER_RULES, MARKED_ANSWER_RULES
         ("the answer is 2\nthe answer is 5", "5"),
         # Math-Shepherd step tags are not part of the answer
         ("Step 2: The answer is: 4 ки", "4"),
+        # The answer that starts the line, not the prose or the equation after it: the
+        # grader reads "A ... = B" as B, so "4 since 2 + 3 = 5" would grade as 5.
+        ("The answer is 18, which is what Janet makes.", "18"),
+        ("The answer is 18 since she sells 9 eggs.", "18"),
+        ("The answer is 4 since 2 + 3 = 5", "4"),
+        ("The answer is \\frac{1}{2}, because half of it is left.", "\\frac{1}{2}"),
+        ("The answer is 1,234 dollars.", "1,234"),
+        ("The answer is 2 + 3 = 5", "2 + 3 = 5"),
+        ("The answer is (2, 3).", "(2, 3)"),
+        ("The answer is **5**.", "5"),
+        ("The final answer is $\\$18$. I hope it is correct.", "\\$18"),   # an escaped dollar inside
+        ("So the answer is 7.", "7"),
+        ("My answer is wrong so far. Retry: 2+3 = 5", "5"),             # not an answer phrase: the last number
+        ("I will present it in \\boxed format. The answer is 5.", "5"),  # \boxed with no number after it
         # GSM8K
         ("She makes 9 * 2 = $18.\n#### 18", "18"),
         ("#### 1,000", "1,000"),

@@ -46,6 +46,16 @@ _HASHES = re.compile(r"(?<!#)####(?!#)(?=[ \t]*[-+$\\\d.(])")
 # (two or more), or a whole number.
 _NUMBER = re.compile(r"-?[$0-9.,]{2,}|-?[0-9]+")
 STEP_TAG = "ки"
+# A clause after an answer: its reasons and remarks, not its value.
+_CLAUSE = re.compile(r",?\s+(?:since|because|as|which|so|for|given|when|where|if|but|and|from|by|using)\b",
+                     re.IGNORECASE)
+# A number as an answer starts: sign, dollar, thousands commas, decimals, a fraction, a percent.
+_LEADING_NUMBER = re.compile(r"[-+]?(?:\\?\$)?\d[\d,]*(?:\.\d+)?(?:/\d+)?(?:\\?%)?")
+# What precedes "answer is" in its sentence when it gives the answer: nothing ("Answer is
+# 5", after Markdown marks), or "the" ("So the answer is 5", "Therefore, the final answer is").
+_THE_ANSWER = re.compile(r"(?:(?:^|[\n.!?:;])[\s*_#>\-$]*|\bthe\s+)$", re.IGNORECASE)
+# Two or more plain lower-case words and nothing mathematical: prose, not an answer.
+_PROSE = re.compile(r"[a-z][a-z']*(?:\s+[a-z][a-z']*)+")
 # A box makes a step final even if what follows is cut off (see `is_final_step`).
 _ANY_BOX = re.compile(r"\\(?:boxed|fbox)\b")
 # What may stand between a sentence's start and its first word: spaces, Markdown emphasis,
@@ -80,26 +90,48 @@ def last_boxed(text: str) -> str | None:
         end = m.end()
         if end < len(text) and text[end] == "{":
             content = _balanced(text, end)
-        else:                     # `\boxed 5`: the argument is the next token
+        else:                     # `\boxed 5`: the argument is the next token, a number
             token = re.match(r"[^\s$.,;]+", text[end:])
-            content = token.group(0) if token else None
+            content = token.group(0) if token and any(ch.isdigit() for ch in token.group(0)) else None
         if content is not None and content.strip():
             found = content.strip()
     return found
 
 
 def _phrase_value(rest: str) -> str | None:
-    """The value after 'The answer is': a `$...$` span, or the line up to a sentence end."""
-    # Math-Shepherd-style policies end each step with the PRM's step tag "ки".
-    line = rest.split("\n", 1)[0].replace(STEP_TAG, " ").strip()
+    """The value after 'The answer is': a `$...$` span, else the answer that starts the line,
+    up to the sentence's end or a clause after it ("18, which is what she makes", "4 since
+    2 + 3 = 5": the grader must see 18 and 4, not the prose or the equation after them)."""
+    # Math-Shepherd-style policies end each step with the PRM's step tag "ки"; Markdown bold
+    # ("The answer is **5**.") is emphasis, not part of the answer.
+    line = rest.split("\n", 1)[0].replace(STEP_TAG, " ").replace("**", "").replace("__", "").strip()
     if line.startswith("$"):
-        close = line.find("$", 1)
-        if close > 1:
+        close = _closing_dollar(line)
+        if close is not None:
             return line[1:close].strip() or None
     # Cut at the sentence end ("5. I hope..."), but not inside a decimal such as 3.5.
     value = re.split(r"\.(?:\s|$)", line, maxsplit=1)[0]
-    value = value.strip().rstrip(".").strip()
-    return value or None
+    value = _CLAUSE.split(value, maxsplit=1)[0]
+    number = _LEADING_NUMBER.match(value)
+    if number and re.match(r"\s*,?\s+[A-Za-z]", value[number.end():]):
+        value = number.group(0)  # "18 eggs", "18, so": the number is the answer
+    value = value.strip().rstrip(".,").strip()
+    if not value or _PROSE.fullmatch(value):
+        return None  # "my answer is wrong so far": words, not an answer
+    return value
+
+
+def _closing_dollar(line: str) -> int | None:
+    """The index of the `$` closing the math span `line` opens, past escaped dollars (`\\$18`)."""
+    i = 1
+    while i < len(line):
+        if line[i] == "\\":
+            i += 2
+            continue
+        if line[i] == "$":
+            return i if i > 1 else None
+        i += 1
+    return None
 
 
 class Extracted(NamedTuple):
@@ -125,6 +157,8 @@ def extract(text: str | None, rules: Collection[str] = ANSWER_RULES) -> Extracte
     candidates: list[tuple[int, str, str]] = []
     if "marker" in rules:
         for m in _PHRASE.finditer(text):
+            if not _THE_ANSWER.search(text[:m.start()]):
+                continue  # "my answer is wrong so far": not the phrase that gives an answer
             value = _phrase_value(text[m.end():])
             if value is not None:
                 candidates.append((m.start(), value, "marker"))
