@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, TypeVar
 
@@ -107,18 +109,28 @@ def as_problem(item: Problem | str | Mapping[str, Any], index: int) -> Problem:
                                 "ground_truth or answer (or a MATH solution) and id")
         question = next((item[k] for k in QUESTION_KEYS if k in item), None)
         if isinstance(question, str) and question.strip():
-            key = next((k for k in ANSWER_KEYS if item.get(k) is not None), None)
+            # A results record's `ground_truth` is the truth even when null (ungraded): its
+            # `answer` is the answer the search chose, never a truth.
+            key = "ground_truth" if "ground_truth" in item else "answer" if item.get("answer") is not None else None
             answer = None if key is None else ground_truth(item[key], key, where)
             if key is None and isinstance(item.get("solution"), str):
                 answer = last_boxed(item["solution"])
-            if isinstance(answer, str) and "####" in answer:  # a GSM8K solution: its final number
-                answer = gsm8k_ground_truth(answer)
-                if answer is None:
-                    raise DataError(f"{where}: {key!r} has a '####' line without a number after it; "
-                                    "write the number there, or give the bare answer")
+            answer = solution_number(answer, key, where)
             return Problem(question, answer, _record_id(item, question), dict(item))
     raise DataError(f"problem {index}: expected a Problem, a question string or a dict with a 'question' "
                     f"string, got {type(item).__name__} {str(item)[:60]!r}")
+
+
+def solution_number(answer: Any, key: str | None, where: str) -> Any:
+    """A GSM8K-style worked solution given as a ground truth ("... #### 42"): its final
+    number, wherever the layout that read it (a dict problem, `format: fields`)."""
+    if not isinstance(answer, str) or "####" not in answer:
+        return answer
+    number = gsm8k_ground_truth(answer)
+    if number is None:
+        raise DataError(f"{where}: {key!r} has a '####' line without a number after it; write the number there, "
+                        "or give the bare answer")
+    return number
 
 
 def as_problems(items: Iterable[Problem | str | Mapping[str, Any]]) -> list[Problem]:
@@ -195,25 +207,32 @@ def _to_problem(record: Any, fmt: str, data: DataConfig, where: str) -> Problem:
             f"{', '.join(sorted(record)) or 'none'}); {hint}"
         )
     question, answer = record[q_key], ground_truth(record[a_key], a_key, where)
-    if fmt == "gsm8k":
-        solution = str(answer)
-        answer = gsm8k_ground_truth(solution)
-        if answer is None:
-            raise DataError(f"{where}: GSM8K answer has no '#### <number>' line; fix the record or use data.format=fields")
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"{where}: field {q_key!r} must be a non-empty string")
     if answer is None or (isinstance(answer, str) and not answer.strip()):
-        raise DataError(f"{where}: field {a_key!r} is empty; every problem needs a ground-truth answer")
+        raise DataError(f"{where}: field {a_key!r} is {'null' if answer is None else 'empty'}; every problem needs "
+                        "a ground-truth answer")
+    if fmt == "gsm8k":
+        answer = gsm8k_ground_truth(str(answer))
+        if answer is None:
+            raise DataError(f"{where}: GSM8K answer has no '#### <number>' line; fix the record or use data.format=fields")
+    answer = solution_number(answer, a_key, where)
     return Problem(question, str(answer).strip(), _record_id(raw, question), raw)
 
 
 def ground_truth(value: Any, field: str, where: str) -> Any:
-    """A ground truth as the data gives it: a string or a number (graded as its text), or
-    null (refused below as missing). A list, an object or true/false is refused: the grader
+    """A ground truth as the data gives it: a string or a number (graded as its text, a
+    float's written out in full), or null (refused below as missing). A list, an object or true/false is refused: the grader
     compares one answer, and such a value could mean one answer (a tuple, an interval) or
     several accepted ones; graded as its Python text it would match neither."""
-    if value is None or isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+    if value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise DataError(f"{where}: field {field!r} is {value}, not a finite number; write the ground truth as text")
+        # Positional, as the number was written: Python writes 0.00001 as 1e-05, which the
+        # grader reads as Euler's e minus 5.
+        return format(Decimal(repr(value)), "f")
     kind = {list: "a JSON list", dict: "a JSON object", bool: "a JSON boolean"}.get(type(value), type(value).__name__)
     raise DataError(f"{where}: field {field!r} is {kind}, {json.dumps(value)[:60]}, not a string or a number: a "
                     "ground truth is one answer, written as a string (e.g. \"(1, 2)\" for a pair; a list of "
@@ -244,17 +263,21 @@ def selected(items: Iterable[T], data: DataConfig, source: str) -> Iterator[T]:
 
 def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
     """(line number, parsed record) for each non-blank line."""
-    with path.open(encoding="utf-8") as f:
+    with path.open(encoding="utf-8-sig") as f:  # a byte-order mark, as some editors write, is not data
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
+                array = " (it starts a JSON array: the file is JSON, not JSONL)" if line.lstrip()[:1] == "[" else ""
                 raise DataError(
-                    f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                    f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno}){array}; "
                     "the file must hold one JSON object per line (JSONL)"
                 ) from None
+            if isinstance(record, list):
+                raise DataError(f"{path}:{lineno}: a JSON array, not an object: the file must hold one JSON object "
+                                "per line (JSONL), not an array of them")
             yield lineno, record
 
 

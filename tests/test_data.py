@@ -266,3 +266,47 @@ def test_the_same_question_twice_is_refused_naming_both():
     with pytest.raises(DataError, match=r"problem 0 and problem 2 have the same problem id .*Problem\(question, id=\.\.\.\)"):
         as_problems(["What is 1 + 1?", "What is 2 + 2?", {"question": "What is 1 + 1?"}])
     assert [p.id for p in as_problems(["q", Problem("q", id="again")])] == [question_id("q"), "again"]
+
+
+@pytest.mark.parametrize("value, text", [(0.00001, "0.00001"), (1e16, "10000000000000000"), (2.5, "2.5"), (7, "7")])
+def test_a_number_ground_truth_is_graded_as_written_not_in_exponent_form(tmp_path, value, text):
+    """Python writes 0.00001 as 1e-05, which the grader reads as Euler's e minus 5."""
+    (p,) = load_problems(DataConfig(path=write(tmp_path, [{"problem": "q", "answer": value}])))
+    assert p.answer == text == Problem("q", answer=value).answer
+
+
+def test_a_ground_truth_that_is_not_finite_is_refused(tmp_path):
+    with pytest.raises(DataError, match="field 'answer' is nan, not a finite number"):
+        load_problems(DataConfig(path=write(tmp_path, ['{"problem": "q", "answer": NaN}'])))
+
+
+def test_a_results_record_with_a_null_ground_truth_stays_ungraded():
+    """Its `answer` is the answer the search chose: graded against, it would always be right."""
+    assert as_problem({"question": "q", "ground_truth": None, "answer": "7"}, 0).answer is None
+
+
+def test_a_worked_solution_in_a_named_field_gives_its_number(tmp_path):
+    path = write(tmp_path, [{"q": "2+2?", "a": "2 + 2 = 4\n#### 4"}])
+    assert load_problems(DataConfig(path=path, question_field="q", answer_field="a"))[0].answer == "4"
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_record(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_text(json.dumps(GSM) + "\n", encoding="utf-8-sig")
+    assert load_problems(DataConfig(path=str(path)))[0].answer == "5"
+
+
+@pytest.mark.parametrize("text, words", [
+    (json.dumps([GSM, GSM]), "a JSON array, not an object"),
+    (json.dumps([GSM], indent=1), "it starts a JSON array: the file is JSON, not JSONL"),
+])
+def test_a_json_array_file_is_named_as_one(tmp_path, text, words):
+    path = tmp_path / "p.jsonl"
+    path.write_text(text + "\n")
+    with pytest.raises(DataError, match=words):
+        load_problems(DataConfig(path=str(path)))
+
+
+def test_a_null_answer_is_called_null(tmp_path):
+    with pytest.raises(DataError, match="field 'answer' is null; every problem needs a ground-truth answer"):
+        load_problems(DataConfig(path=write(tmp_path, [{"question": "q", "answer": None}])))

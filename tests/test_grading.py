@@ -28,6 +28,7 @@ from tests.helpers import load_script
         ("25\\%", "25"),
         ("2.5%", "2.5"),
         ("90^\\circ", "90"),
+        ("90°", "90^\\circ"),        # the degree sign as typed
         ("x = 5", "5"),
         ("\\{2, 1\\}", "\\{1, 2\\}"),
         ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\pi/2)"),

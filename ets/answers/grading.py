@@ -95,6 +95,7 @@ def normalize(answer: str) -> str:
     """The light clean-up applied to both sides before math-verify sees them."""
     s = answer.strip()
     s = s.replace("\\$", "").replace("$", "").strip()
+    s = s.replace("°", "^\\circ")  # the degree sign as typed, as LaTeX writes it
     s = _unbox(s)
     if s.startswith("\\(") and s.endswith("\\)"):
         s = s[2:-2].strip()

@@ -63,7 +63,7 @@ def _convert(record: Any, where: str) -> dict[str, Any]:
     return {
         "id": record.get("id"),
         "question": question,
-        "ground_truth": str(record["ground_truth_answer"]),
+        "ground_truth": None if record["ground_truth_answer"] is None else str(record["ground_truth_answer"]),
         "total_tokens": record.get("total_tokens"),
         "trajectories": trajectories,
     }
