@@ -6,6 +6,8 @@ on different conventions, and some end in prose:
     boxed        \\boxed{...}            MATH / Qwen-Math / search-and-learn (braces balanced)
     marker       The answer is: X       Math-Shepherd / the ETS public code's policies
                  The final answer is X  Minerva ("... is $X$. I hope it is correct.")
+                                        (X: a `$...$` span, else up to the sentence's end
+                                        or a clause: "18, which is ..." reads 18)
     hashes       #### X                 GSM8K reference solutions
     last_number  ... makes 624 dollars. an instruct model's closing sentence: the last number
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import re
-from contextlib import contextmanager
+import tempfile
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -255,7 +255,8 @@ def check_can_write(output: Path) -> None:
                           "path") from None
     finally:
         for folder in reversed(made):
-            folder.rmdir()
+            with suppress(OSError):  # something else wrote there meanwhile: theirs to keep
+                folder.rmdir()
 
 
 def _make_parents(folder: Path) -> list[Path]:

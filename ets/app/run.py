@@ -154,7 +154,7 @@ def inert_keys_notes(config: RunConfig) -> list[str]:
 def check_config(config: RunConfig, overwrite: bool = False) -> str:
     """`ets run --check`: validate what can be validated without loading a model or
     searching (the strategy, the output's path, the reward's name and options, the model
-    paths, the data),
+    paths, the data, every prompt against the model's context and an explicit KV pool),
     and return the resolved settings as YAML, notes as `#` lines. Raises the error a run
     would raise."""
     import yaml

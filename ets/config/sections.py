@@ -132,7 +132,7 @@ class SearchConfig:
         # Which names exist is the strategy registry's to say (search.available(), checked by
         # search.build): a strategy registered by a user needs no edit here.
         self.method = METHOD_ALIASES.get(self.method, self.method)
-        if self.fixed_width == -1 and not isinstance(self.fixed_width, bool):
+        if self.fixed_width == -1:
             self.fixed_width = None   # the ETS code writes -1 for "not set"; 0 or -2 is a mistake, refused below
         for key in ("width", "max_step_tokens", "max_tokens", "max_depth"):
             integer(key, getattr(self, key), 1)
