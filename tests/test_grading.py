@@ -29,6 +29,7 @@ from tests.helpers import load_script
         ("2.5%", "2.5"),
         ("90^\\circ", "90"),
         ("90°", "90^\\circ"),        # the degree sign as typed
+        ("4210_{5}", "4210_5"),
         ("x = 5", "5"),
         ("\\{2, 1\\}", "\\{1, 2\\}"),
         ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\pi/2)"),
@@ -51,6 +52,7 @@ def test_equal(predicted, truth):
         ("\\pi", "3.14159"),
         ("Eveyln", "Evelyn"),              # words compared as text, not as symbol products
         ("2 pi", "2"),                     # "pi" is not a unit word
+        ("52_9", "52_8"),                  # a number in another base is another number
     ],
 )
 def test_not_equal(predicted, truth):

@@ -60,6 +60,7 @@ _NUMBER = r"[-+]?(?:\d[\d,]*)?\.?\d+"
 _NUMBER_WORDS = re.compile(rf"^({_NUMBER})\s+((?:[A-Za-z]{{2,}}\.?\s*)+)$")
 _TEXT_WRAP = re.compile(r"^\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}$")
 _WORDS = re.compile(r"^[A-Za-z]+(?:\s+[A-Za-z]+)*$")
+_BASED = re.compile(r"([0-9A-Z]+)_\{?(\d+)\}?")  # digits above 9 as capitals, as MATH writes them
 _BOXED_ALL = re.compile(r"^\\(?:boxed|fbox)\s*\{")
 
 
@@ -70,6 +71,12 @@ def _as_words(s: str) -> str | None:
     if _WORDS.match(inner) and any(len(w) >= 4 for w in inner.split()):
         return " ".join(inner.lower().split())
     return None
+
+
+def _in_base(s: str) -> tuple[str, str] | None:
+    """(digits, base) of a number written in a base, `52_8` or `4210_{5}`; else None."""
+    m = _BASED.fullmatch(s.replace(" ", ""))
+    return (m.group(1), m.group(2)) if m else None
 
 
 def _unbox(s: str) -> str:
@@ -231,6 +238,9 @@ def _is_equivalent(predicted: str, ground_truth: str, float_rounding: int | None
         return False
     if pred == gold:
         return True
+    based = _in_base(pred), _in_base(gold)
+    if None not in based:  # math-verify drops a subscript: 52_8 would equal 52_9
+        return based[0] == based[1]
     words = _as_words(pred), _as_words(gold)
     if words != (None, None):
         return words[0] == words[1]
