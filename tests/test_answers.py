@@ -40,7 +40,10 @@ from ets.config import ANSWER_RULES, MARKED_ANSWER_RULES
         ("The answer is **5**.", "5"),
         ("The final answer is $\\$18$. I hope it is correct.", "\\$18"),   # an escaped dollar inside
         ("So the answer is 7.", "7"),
-        ("My answer is wrong so far. Retry: 2+3 = 5", "5"),             # not an answer phrase: the last number
+        ("My answer is wrong so far. Retry: 2+3 = 5", "5"),             # words, not an answer: the last number
+        ("I am not sure the answer is right. She makes 18 dollars.", "18"),  # mid-sentence: not the phrase
+        ("So my final answer is 12.", "12"),
+        ("the answer is 18:", "18"),
         ("I will present it in \\boxed format. The answer is 5.", "5"),  # \boxed with no number after it
         # GSM8K
         ("She makes 9 * 2 = $18.\n#### 18", "18"),

@@ -53,9 +53,11 @@ _CLAUSE = re.compile(r",?\s+(?:since|because|as|which|so|for|given|when|where|if
                      re.IGNORECASE)
 # A number as an answer starts: sign, dollar, thousands commas, decimals, a fraction, a percent.
 _LEADING_NUMBER = re.compile(r"[-+]?(?:\\?\$)?\d[\d,]*(?:\.\d+)?(?:/\d+)?(?:\\?%)?")
-# What precedes "answer is" in its sentence when it gives the answer: nothing ("Answer is
-# 5", after Markdown marks), or "the" ("So the answer is 5", "Therefore, the final answer is").
-_THE_ANSWER = re.compile(r"(?:(?:^|[\n.!?:;])[\s*_#>\-$]*|\bthe\s+)$", re.IGNORECASE)
+# What precedes "answer is" in its sentence when it gives the answer: the sentence's start
+# (after Markdown marks), a connective, then "the" or "my" ("Answer is 5", "So the answer
+# is 5", "Therefore, the final answer is"); not "which answer is", "sure the answer is right".
+_THE_ANSWER = re.compile(r"(?:^|[\n.!?:;])[\s*_#>\-$]*(?:(?:so|thus|therefore|hence|then|and|finally|overall|"
+                         r"in conclusion|in summary)\b[\s,]*)?(?:(?:the|my)\s+)?$", re.IGNORECASE)
 # Two or more plain lower-case words and nothing mathematical: prose, not an answer.
 _PROSE = re.compile(r"[a-z][a-z']*(?:\s+[a-z][a-z']*)+")
 # A box makes a step final even if what follows is cut off (see `is_final_step`).
@@ -113,14 +115,14 @@ def _phrase_value(rest: str) -> str | None:
             return line[1:close].strip() or None
     # Cut at the sentence end ("5. I hope..."), but not inside a decimal such as 3.5.
     value = re.split(r"\.(?:\s|$)", line, maxsplit=1)[0]
+    if _PROSE.fullmatch(value.strip().rstrip(".,:;")):
+        return None  # "my answer is wrong so far": words, not an answer
     value = _CLAUSE.split(value, maxsplit=1)[0]
     number = _LEADING_NUMBER.match(value)
     if number and re.match(r"\s*,?\s+[A-Za-z]", value[number.end():]):
         value = number.group(0)  # "18 eggs", "18, so": the number is the answer
-    value = value.strip().rstrip(".,").strip()
-    if not value or _PROSE.fullmatch(value):
-        return None  # "my answer is wrong so far": words, not an answer
-    return value
+    value = value.strip().rstrip(".,:;").strip()
+    return value or None
 
 
 def _closing_dollar(line: str) -> int | None:
