@@ -61,7 +61,8 @@ class Problem(_Fields):
     record without an id gets: a problem keeps its id (and its samples: the search's seeds
     are drawn from the id and the question) wherever it stands in a list, and the same
     question searched from Python and by `ets run` has the same id, so their results
-    compare. A number as the answer is graded as its text."""
+    compare. A number as the answer is graded as its text; a GSM8K worked solution as its
+    `####` number."""
 
     __slots__ = ()
 
@@ -69,7 +70,7 @@ class Problem(_Fields):
                 raw: dict[str, Any] | None = None) -> "Problem":
         if not isinstance(question, str) or not question.strip():
             raise DataError(f"Problem: the question must be a non-empty string, got {str(question)[:60]!r}")
-        answer = ground_truth(answer, "answer", "Problem")
+        answer = solution_number(ground_truth(answer, "answer", "Problem"), "answer", "Problem")
         if isinstance(answer, str) and not answer.strip():
             raise DataError(f"Problem {question[:40]!r}: the answer is empty; give answer=None for a problem "
                             "whose ground truth is not known")

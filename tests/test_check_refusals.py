@@ -46,6 +46,8 @@ def test_check_shows_the_prompts_lengths_and_the_cut_ones(tmp_path, capsys):
                                                "policy.prompt_overflow=truncate"]))
     assert "questions cut to fit the context (policy.prompt_overflow: truncate)" in out
     assert "the model's context: 12 tokens" in out
+    [first] = [line for line in out.splitlines() if line.startswith("# first prompt (")]
+    assert ", cut from " in first  # the prompt shown is the one the run writes
 
 
 def test_an_output_folder_that_cannot_be_made_is_refused_by_check(tmp_path, capsys, monkeypatch):

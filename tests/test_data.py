@@ -288,6 +288,7 @@ def test_a_results_record_with_a_null_ground_truth_stays_ungraded():
 def test_a_worked_solution_in_a_named_field_gives_its_number(tmp_path):
     path = write(tmp_path, [{"q": "2+2?", "a": "2 + 2 = 4\n#### 4"}])
     assert load_problems(DataConfig(path=path, question_field="q", answer_field="a"))[0].answer == "4"
+    assert Problem("2+2?", answer="2 + 2 = 4\n#### 4").answer == "4"
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_record(tmp_path):

@@ -115,10 +115,10 @@ def resume_note(config: RunConfig, problems: Sequence[Problem], overwrite: bool 
     takes no lock, changes nothing."""
     output = Path(config.output)
     if not output.is_file() or output.stat().st_size == 0:
-        return f"output {output}: new; a run searches all {len(problems)} problems"
+        return f"output {output}: new; a run searches {_all(len(problems))}"
     if overwrite:
         return (f"output {output}: --overwrite: its results go when the run writes its first new one; a run "
-                f"searches all {len(problems)} problems")
+                f"searches {_all(len(problems))}")
     records = resumable(parse_lines(output.read_bytes(), output), output)  # a torn last line is left out
     if records:
         check_compatible(output, records, problems, describe(config), WAY_OUT)
@@ -127,6 +127,10 @@ def resume_note(config: RunConfig, problems: Sequence[Problem], overwrite: bool 
     trees = treeless_note(output, records, config.save_trees)
     return (f"output {output}: holds {len(records)} result{'' if len(records) == 1 else 's'} of this config; a run "
             f"searches the other {todo} problem{'' if todo == 1 else 's'}" + (f"; {trees}" if trees else ""))
+
+
+def _all(n: int) -> str:
+    return "its one problem" if n == 1 else f"all {n} problems"
 
 
 def treeless_note(output: Path, records: Sequence[dict[str, Any]], save_trees: bool) -> str | None:

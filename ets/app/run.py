@@ -23,7 +23,7 @@ from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
 from ets.app.paired import correct_by_problem
-from ets.app.prompt_fit import prompt_fit_notes
+from ets.app.prompt_fit import fit_prompts
 from ets.app.output import (OutputError, check_can_write, check_not_the_data, check_output_path, open_output,
                             read_json, resume_note, summary_path, treeless_note, write_json_atomic)
 from ets.app.terminal import plural
@@ -206,8 +206,9 @@ def check_config(config: RunConfig, overwrite: bool = False) -> str:
         if tokenizer is None:
             shown = [f"# first prompt: not shown ({why_not})"]
         else:
-            notes.extend(prompt_fit_notes(config, problems, tokenizer))
-            shown = first_prompt_lines(config, problems[0], tokenizer)
+            fit_notes, first = fit_prompts(config, problems, tokenizer)
+            notes.extend(fit_notes)
+            shown = first_prompt_lines(config, problems[0], tokenizer, first)
     body = yaml.dump(config.to_dict(), Dumper=_dumper(), sort_keys=False, allow_unicode=True, width=100)
     return (body + "".join(f"# {n}\n" for n in notes) + "".join(line + "\n" for line in shown)
             + "# config OK: no model was loaded, nothing was run\n")
@@ -239,16 +240,16 @@ def check_tokenizer(config: RunConfig):
                       f"{str(exc).splitlines()[0][:160]}")
 
 
-def first_prompt_lines(config: RunConfig, problem, tokenizer) -> list[str]:
-    """The exact root prompt of the first problem, as `#`-comment lines (each line of the
-    text after `# | `, so trailing blank lines show), with how it was written and any
-    warning (an instruct model given raw text)."""
-    from ets.policy.chat import format_notes, prompt_format, render
+def first_prompt_lines(config: RunConfig, problem, tokenizer, prompt) -> list[str]:
+    """The exact root prompt of the first problem (`prompt`, as `fit_prompts` wrote it), as
+    `#`-comment lines (each line of the text after `# | `, so trailing blank lines show),
+    with how it was written and any warning (an instruct model given raw text)."""
+    from ets.policy.chat import format_notes, prompt_format
 
     fmt = prompt_format(tokenizer, config.policy)
-    text, ids = render(tokenizer, config.policy, fmt, problem.question)
-    lines = [f"# first prompt ({problem.id!r}, {len(ids)} tokens, {fmt.source}):"]
-    lines += [f"# | {line}".rstrip() for line in text.split("\n")]
+    cut = f", cut from {prompt.truncated_from}" if prompt.truncated_from is not None else ""
+    lines = [f"# first prompt ({problem.id!r}, {len(prompt.token_ids)} tokens{cut}, {fmt.source}):"]
+    lines += [f"# | {line}".rstrip() for line in prompt.text.split("\n")]
     lines += [f"# WARNING: {note}" for note in format_notes(tokenizer, config.policy, fmt)]
     return lines
 
