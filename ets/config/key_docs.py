@@ -34,8 +34,9 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "top_p": "Nucleus sampling: the smallest set of tokens whose probability reaches `top_p`, in (0, 1].",
         "top_k": "Sample among the `top_k` likeliest tokens; 0 turns it off.",
         "max_step_tokens": "Tokens a step may generate before it is cut.",
-        "max_tokens": "Tokens a trajectory may generate in all; one that reaches it is completed "
-                      "(finish `max_tokens`).",
+        "max_tokens": "Tokens a trajectory may generate in all: a step is taken while the trajectory holds "
+                      "fewer, and the step that reaches it completes the trajectory (finish `max_tokens`), so a "
+                      "trajectory may hold up to `max_tokens - 1 + max_step_tokens`.",
         "max_depth": "Steps a trajectory may take; one that reaches it is completed (finish `max_depth`).",
         "softmax_temperature": "REBASE and ETS: the temperature T of the softmax over step scores that shares out "
                                "the width.",
