@@ -173,3 +173,12 @@ def test_reference_final_is_the_ets_code_rule():
 def test_gsm8k_ground_truth_drops_thousands_commas():
     assert gsm8k_ground_truth("... = 70,000\n#### 70,000") == "70000"
     assert gsm8k_ground_truth("no marker") is None
+
+
+def test_a_configured_answer_marker_is_read_where_a_sentence_starts_with_it():
+    """`search.answer_markers` end a trajectory; the answer after one is the one read."""
+    markers = ["Final Answer:"]
+    assert extract("Work.\nFinal Answer: $x^2+1$", markers=markers) == ("x^2+1", "marker")
+    assert extract("Answer: $\\frac{1}{2}$", markers=["Answer:"]) == ("\\frac{1}{2}", "marker")
+    assert extract("Work.\nFinal Answer: $x^2+1$") == ("1", "last_number")          # not configured: not read
+    assert extract("See the Final Answer: below. 3 + 4 = 7", markers=markers) == ("7", "last_number")

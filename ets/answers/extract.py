@@ -34,7 +34,7 @@ own rule, for `search.compat: ets_code`.
 from __future__ import annotations
 
 import re
-from typing import Collection, NamedTuple, Sequence
+from typing import Collection, Iterator, NamedTuple, Sequence
 
 from ets.config import ANSWER_RULES, REFERENCE_ANSWER_PHRASES
 
@@ -149,9 +149,11 @@ class Extracted(NamedTuple):
 NOT_FOUND = Extracted(None, None)
 
 
-def extract(text: str | None, rules: Collection[str] = ANSWER_RULES) -> Extracted:
+def extract(text: str | None, rules: Collection[str] = ANSWER_RULES, markers: Sequence[str] = ()) -> Extracted:
     """The final answer written in `text` by the first of `rules` that finds one, in
-    precedence order (the module's doc), with that rule's name."""
+    precedence order (the module's doc), with that rule's name. `markers`, the phrases that
+    end a trajectory (`search.answer_markers`), are read by the `marker` rule too where a
+    sentence starts with one ("Final Answer: $x^2$"), beside "the answer is"."""
     if not text:
         return NOT_FOUND
     if "boxed" in rules:
@@ -166,6 +168,13 @@ def extract(text: str | None, rules: Collection[str] = ANSWER_RULES) -> Extracte
             value = _phrase_value(text[m.end():])
             if value is not None:
                 candidates.append((m.start(), value, "marker"))
+        for marker in markers:
+            if marker == "####":
+                continue  # the hashes rule's
+            for start in _sentence_starts(text, marker):
+                value = _phrase_value(text[start + len(marker):])
+                if value is not None:
+                    candidates.append((start, value, "marker"))
     if "hashes" in rules:
         for m in _HASHES.finditer(text):
             value = text[m.end():].split("\n", 1)[0].replace(STEP_TAG, " ").strip()
@@ -201,14 +210,18 @@ def starts_sentence(text: str, marker: str) -> bool:
     """Whether `marker` occurs in `text` as written, starting a sentence (at the start, after
     a line break or after `.!?:;`, Markdown marks allowed between) and ending at a word's end
     ("The answer is" is not in "The answer isn't")."""
+    return next(_sentence_starts(text, marker), None) is not None
+
+
+def _sentence_starts(text: str, marker: str) -> Iterator[int]:
+    """Where `marker` occurs in `text` as `starts_sentence` asks, in order."""
     start = text.find(marker)
     while start != -1:
         end = start + len(marker)
         whole_word = not (marker[-1].isalnum() and end < len(text) and text[end].isalnum())
         if whole_word and _at_sentence_start(text, start):
-            return True
+            yield start
         start = text.find(marker, start + 1)
-    return False
 
 
 def is_final_step(step_text: str, markers: Sequence[str] = REFERENCE_ANSWER_PHRASES) -> bool:

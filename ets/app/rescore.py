@@ -93,7 +93,7 @@ def rescored(records: Sequence[dict[str, Any]], reward, config: RunConfig) -> li
     scores = validate_scores(score_fn(questions, steps), steps, config.reward.name, [r["id"] for r in records])
     out = []
     for record, per_problem in zip(records, scores):
-        found = [extract("".join(t["steps"]), search.answer_extraction)
+        found = [extract("".join(t["steps"]), search.answer_extraction, search.answer_markers)
                  if finished_votes(t["finish"], search) else NOT_FOUND for t in record["trajectories"]]
         trajectories = [{**t, "step_scores": s, "answer": f.answer, "answer_rule": f.rule}
                         for t, s, f in zip(record["trajectories"], per_problem, found)]

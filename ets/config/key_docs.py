@@ -71,7 +71,8 @@ KEY_DOCS: dict[str, dict[str, str]] = {
                 "or `weighted` (the highest sum of scores).",
         "seed": "The search's seed: a problem's records depend only on the config, this seed and the problem.",
         "answer_markers": "Phrases that end a trajectory when a step starts a sentence with one (case as written); "
-                          "EOS and a `\\boxed{}` answer always do. `[]`: those two only.",
+                          "EOS and a `\\boxed{}` answer always do. `[]`: those two only. The `marker` answer rule "
+                          "reads the answer after each one too (`Final Answer:` for a model that writes it).",
         "compat": "`project`: the project's corrected behaviour; `ets_code`: the ETS public code's selection and "
                   "accounting where they differ (docs/FIDELITY.md).",
         "answer_extraction": "The rules that read a trajectory's final answer, in any order (the precedence is "

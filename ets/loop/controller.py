@@ -501,7 +501,8 @@ class SearchLoop:
     def _record(self, a: _Active) -> dict[str, Any]:
         config = self.config
         completed = self.strategy.answering(a.completed, config.width)
-        found = [extract("".join(n.step_texts()), config.answer_extraction) if rules.votes(n, config) else NOT_FOUND
+        found = [extract("".join(n.step_texts()), config.answer_extraction, config.answer_markers)
+                 if rules.votes(n, config) else NOT_FOUND
                  for n in completed]
         answers = [f.answer for f in found]
         chosen = choose_answer(answers, [n.step_scores() for n in completed], config.aggregation, config.vote)
