@@ -9,8 +9,9 @@ Layouts understood (`DataConfig.format`):
     auto     gsm8k or math500, told apart by the first record's keys
 
 Which problems: `data.start` / `data.end` take the slice [start, end) of the records in
-file order (one job of an array searches one slice; a slice past the last record is a
-DataError), then `data.limit` the first N of it (`selected`).
+file order (one job of an array searches one slice; a slice that starts past the last
+record is a DataError, one that ends past it ends there), then `data.limit` the first N
+of it (`selected`).
 
 A problem's id comes from the data, never from its position, so a results file stays
 valid when lines are added, removed or reordered: the record's `unique_id` or `id` field
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from decimal import Decimal
 from pathlib import Path
@@ -37,6 +39,7 @@ from ets.paths import special_kind
 
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class DataError(ValueError):
@@ -242,8 +245,9 @@ def ground_truth(value: Any, field: str, where: str) -> Any:
 
 def selected(items: Iterable[T], data: DataConfig, source: str) -> Iterator[T]:
     """The items `data` selects, in order: the slice [data.start, data.end), then its first
-    `data.limit`. A slice that reaches past the last item is a DataError naming `source`
-    (read lazily: the items after the slice are never read)."""
+    `data.limit`. A slice that starts past the last item is a DataError naming `source`;
+    one that ends past it ends there, with a warning (the last job of an array). Read
+    lazily: the items after the slice are never read."""
     start, end = data.start or 0, data.end
     count = taken = 0
     for item in items:
@@ -256,10 +260,11 @@ def selected(items: Iterable[T], data: DataConfig, source: str) -> Iterator[T]:
         taken += 1
         if data.limit is not None and taken >= data.limit:
             return
-    if data.sliced and (count <= start or (end is not None and count < end)):
-        key, value = ("data.start", start) if count <= start else ("data.end", end)
-        raise DataError(f"{key}: {value} is beyond the {count} problem{'' if count == 1 else 's'} of {source}; the slice "
-                        f"[data.start, data.end) must lie within [0, {count}]")
+    if data.sliced and count <= start:
+        raise DataError(f"data.start: {start} is beyond the {count} problem{'' if count == 1 else 's'} of {source}; "
+                        f"the slice [data.start, data.end) must start within [0, {count})")
+    if end is not None and count < end:  # the last job of an array: its slice ends with the data
+        log.warning("data.end: %d is past the %d problems of %s; the slice ends at the last", end, count, source)
 
 
 def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:

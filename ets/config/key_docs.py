@@ -157,7 +157,8 @@ KEY_DOCS: dict[str, dict[str, str]] = {
         "hf_split": "The split of `hf_name`.",
         "start": "The first problem of the slice [start, end), in file order, before `limit`; a sliced run "
                  "writes `<output>.<start>-<end>.jsonl`. null: from the first.",
-        "end": "The end of the slice [start, end) (the problem at `end` is not in it); null: to the last.",
+        "end": "The end of the slice [start, end) (the problem at `end` is not in it); null, or past the last "
+               "problem: to the last.",
         "limit": "Search only the first N problems (of the slice); null: all of them.",
     },
     "run": {
