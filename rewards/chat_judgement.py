@@ -21,6 +21,7 @@ backend, memory and device options. Step-tag framing options (`tag`, `template`,
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 from ets.config import ConfigError
 from ets.rewards.marker_prm import MarkerPRM
@@ -37,6 +38,8 @@ class ChatJudgementOptions(StepTagOptions):
     system_prompt: str | None = None        # a system turn first, when set
     chat_template: str | None = None        # a Jinja chat template (default: the tokenizer's)
     add_special_tokens: bool = False        # on top of the rendered chat (which holds BOS already)
+    # step_tag's options that frame its text: fields of this class, but not options of it
+    not_options: ClassVar[tuple[str, ...]] = STEP_TAG_FRAMING
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -55,14 +58,7 @@ class ChatJudgementPRM(StepTagPRM):
 
     def __init__(self, tokenizer, options: ChatJudgementOptions, make_backend, name: str = "chat_judgement"):
         # Tokens and template are checked before `make_backend` loads any weights.
-        try:
-            good = token_id(tokenizer, options.good_token, "good token")
-            bad = token_id(tokenizer, options.bad_token, "bad token")
-        except MarkerError as exc:
-            raise ConfigError(f"reward {name!r}: {exc}") from exc
-        if not (options.chat_template or getattr(tokenizer, "chat_template", None)):
-            raise ConfigError(f"reward {name!r}: the tokenizer has no chat template; set reward.options.chat_template "
-                              "to the Jinja template the PRM was trained with")
+        good, bad = self._tokens(tokenizer, options, name)
         self.options = options
         # The assistant's answer in every turn: the good token's text (the marker read before).
         self._judgement = options.good_token if isinstance(options.good_token, str) else tokenizer.decode([good])
@@ -73,6 +69,19 @@ class ChatJudgementPRM(StepTagPRM):
             raise ConfigError(f"reward {name!r}: {exc}") from exc
         MarkerPRM.__init__(self, name, tokenizer, make_backend([good, bad]), good, positive=0,
                            add_special_tokens=options.add_special_tokens)
+
+    @staticmethod
+    def _tokens(tokenizer, options: ChatJudgementOptions, name: str) -> tuple[int, int]:
+        """The good and bad tokens' ids (each one token), the tokenizer having a chat template."""
+        try:
+            good = token_id(tokenizer, options.good_token, "good token")
+            bad = token_id(tokenizer, options.bad_token, "bad token")
+        except MarkerError as exc:
+            raise ConfigError(f"reward {name!r}: {exc}") from exc
+        if not (options.chat_template or getattr(tokenizer, "chat_template", None)):
+            raise ConfigError(f"reward {name!r}: the tokenizer has no chat template; set reward.options.chat_template "
+                              "to the Jinja template the PRM was trained with")
+        return good, bad
 
     def render(self, question: str, steps: list[str]) -> MarkedText:
         o = self.options

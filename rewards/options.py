@@ -35,15 +35,20 @@ class RewardContext:
     prepack: str = "auto"
 
 
+def option_fields(cls) -> list[str]:
+    """The options an Options dataclass takes: its fields, less those it names as not its
+    options (`not_options`: fields it inherits and refuses)."""
+    return [f.name for f in fields(cls) if f.name not in getattr(cls, "not_options", ())]
+
+
 def parse_options(cls, options: Mapping[str, Any] | None, reward: str):
     """`cls(**options)`, with errors that name the reward, the key and the allowed keys."""
     options = dict(options or {})
     hints = typing.get_type_hints(cls)
-    allowed = [f.name for f in fields(cls)]
     for key, value in options.items():
-        if key not in allowed:
+        if key not in {f.name for f in fields(cls)}:  # (a `not_options` field is one: its class says why)
             raise ConfigError(
-                f"reward {reward!r}: unknown option {key!r}; allowed options: {', '.join(allowed)}"
+                f"reward {reward!r}: unknown option {key!r}; allowed options: {', '.join(option_fields(cls))}"
             )
         if not _matches(value, hints[key]):
             raise ConfigError(

@@ -92,6 +92,27 @@ def check_reward(reward: RewardConfig, policy_model: str | None = None) -> Any:
     return obj
 
 
+def check_reward_tokenizer(reward: RewardConfig, policy_model: str | None) -> str | None:
+    """`ets run --check`: what a built-in checks of its tokenizer before its weights load
+    (`check_tokenizer`: its tag, tokens or marker each one token, a chat template where it
+    needs one), run on its model's tokenizer (reward.model, else the policy's) alone. A
+    note, not an error, where that tokenizer cannot be loaded here (a hub name offline)."""
+    from ets.models.load import ModelLoadError, load_tokenizer
+
+    obj = resolve_reward(reward.name)
+    check, model = getattr(obj, "check_tokenizer", None), reward.model or policy_model
+    if check is None or not model or not hasattr(obj, "Options"):
+        return None
+    options = parse_options(obj.Options, reward.options, reward.name)
+    try:
+        tokenizer = load_tokenizer(model)
+    except (OSError, ValueError, ModelLoadError) as exc:
+        return (f"reward {reward.name!r}: its tokens are checked when it loads (the tokenizer of {model!r} could not "
+                f"be loaded here: {str(exc).splitlines()[0][:120]})")
+    check(tokenizer, options, reward.name)
+    return None
+
+
 def check_trained_model(obj: Any, options: Any, reward: RewardConfig, policy_model: str | None) -> None:
     """A reward that reads a trained head (`reads_trained_head(options)`) given a random
     `tiny:` model (reward.model, else the policy's, which it would load) is refused in one line."""

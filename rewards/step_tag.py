@@ -98,12 +98,7 @@ class StepTagPRM(MarkerPRM):
                  name: str = "step_tag"):
         # Resolve the three tokens before `make_backend` loads any weights: a wrong tag
         # fails in a second, not after a 7B model has loaded.
-        try:
-            tag_id = token_id(tokenizer, options.tag, "step tag")
-            good = token_id(tokenizer, options.good_token, "good token")
-            bad = token_id(tokenizer, options.bad_token, "bad token")
-        except MarkerError as exc:
-            raise ConfigError(f"reward {name!r}: {exc}") from exc
+        tag_id, good, bad = self._tokens(tokenizer, options, name)
         self.options = options
         self._head, self._tail = split_template(options.template, "template")
         self.readout = SurpriseReadout.parse(options.surprise)
@@ -117,6 +112,21 @@ class StepTagPRM(MarkerPRM):
         self._needs_rows: set[bytes] = set()    # this round's steps whose number rows were asked for
         super().__init__(name, tokenizer, make_backend(None if self.readout else [good, bad]), tag_id, positive=0,
                          add_special_tokens=options.add_special_tokens)
+
+    @staticmethod
+    def _tokens(tokenizer, options: StepTagOptions, name: str) -> tuple[int, int, int]:
+        """The step tag's, good token's and bad token's ids; each must be one token."""
+        try:
+            return (token_id(tokenizer, options.tag, "step tag"), token_id(tokenizer, options.good_token, "good token"),
+                    token_id(tokenizer, options.bad_token, "bad token"))
+        except MarkerError as exc:
+            raise ConfigError(f"reward {name!r}: {exc}") from exc
+
+    @classmethod
+    def check_tokenizer(cls, tokenizer, options: StepTagOptions, name: str) -> None:
+        """What building this reward checks of its tokenizer before any weights load (for
+        `ets run --check`): a `ConfigError` naming what is wrong."""
+        cls._tokens(tokenizer, options, name)
 
     def render(self, question: str, steps: list[str]) -> MarkedText:
         o = self.options

@@ -67,6 +67,11 @@ class TokenClassificationPRM(MarkerPRM):
     Options = TokenClassificationOptions
 
     @staticmethod
+    def check_tokenizer(tokenizer, options: TokenClassificationOptions, name: str) -> None:
+        """What building this reward checks of its tokenizer before the weights load."""
+        separator_id(tokenizer, options, name)
+
+    @staticmethod
     def reads_trained_head(options: TokenClassificationOptions) -> bool:
         """Its scores come from a checkpoint's trained head, which a random `tiny:` model lacks."""
         return True

@@ -77,6 +77,14 @@ class ValueHeadPRM(MarkerPRM):
     Options = ValueHeadOptions
 
     @staticmethod
+    def check_tokenizer(tokenizer, options: ValueHeadOptions, name: str) -> None:
+        """What building this reward checks of its tokenizer before the weights load: the
+        marker, and with `head: lm_logit` the head token, one token each."""
+        marker_token(tokenizer, options, name)
+        if options.head == "lm_logit":
+            head_token(tokenizer, options, name)
+
+    @staticmethod
     def reads_trained_head(options: ValueHeadOptions) -> bool:
         """A value head is trained (a random `tiny:` model has none); a causal LM's own
         logits (`lm_logit`, `lm_mean`) are not."""
@@ -122,19 +130,21 @@ def marker_token(tokenizer, options: ValueHeadOptions, name: str) -> int:
         raise ConfigError(f"reward {name!r}: {exc}") from exc
 
 
+def head_token(tokenizer, options: ValueHeadOptions, name: str) -> int:
+    """`head: lm_logit`'s token (`head_token`, else the marker): the logit read as the value."""
+    try:
+        return token_id(tokenizer, options.head_token if options.head_token is not None else options.marker, "head token")
+    except MarkerError as exc:
+        raise ConfigError(f"reward {name!r}: {exc}") from exc
+
+
 def _load_lm_head(path: str, options: ValueHeadOptions, ctx: RewardContext):
     """A causal LM whose own logits hold the value: one token's (lm_logit) or their mean."""
     from ets.models.load import load_causal_lm, load_tokenizer
 
     tokenizer = load_tokenizer(path)
-    marker_token(tokenizer, options, ctx.name)      # a wrong marker fails before the weights load
-    if options.head == "lm_logit":
-        try:
-            columns = [token_id(tokenizer, options.head_token if options.head_token is not None else options.marker, "head token")]
-        except MarkerError as exc:
-            raise ConfigError(f"reward {ctx.name!r}: {exc}") from exc
-    else:
-        columns = list(range(len(tokenizer)))
+    ValueHeadPRM.check_tokenizer(tokenizer, options, ctx.name)  # before the weights load
+    columns = [head_token(tokenizer, options, ctx.name)] if options.head == "lm_logit" else list(range(len(tokenizer)))
     model, tokenizer = load_causal_lm(path, device=options.device or ctx.device, dtype=options.dtype or ctx.dtype)
     return model, tokenizer, columns
 

@@ -363,7 +363,7 @@ def _option_rows(obj: Any) -> list[list[str]]:
     options = getattr(obj, "Options", None)
     if options is not None and dataclasses.is_dataclass(options):
         return [[code(f.name), code(_yaml(_default(f))), md(values_text(options, f))]
-                for f in dataclasses.fields(options)]
+                for f in dataclasses.fields(options) if f.name not in getattr(options, "not_options", ())]
     hints = typing.get_type_hints(obj.__init__ if inspect.isclass(obj) else obj)
     return [[code(p.name), code(_yaml(None if p.default is p.empty else p.default)), md(_type_words(hints.get(p.name, Any)))]
             for p in inspect.signature(obj).parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

@@ -93,3 +93,9 @@ def test_an_embedder_folder_that_is_not_there_is_refused_and_an_uncached_hub_nam
             "machine's Hugging Face cache") in capsys.readouterr().out
     assert run_cli("--check", "method=ets", out) == 0  # the default ships offline: no note
     assert "search.embedder" not in capsys.readouterr().out.split("\n# ", 1)[1]
+
+
+def test_a_reward_token_that_is_not_one_token_is_refused_by_check_as_by_the_run(tmp_path, capsys):
+    checked, ran = check_and_run(tmp_path, capsys, "reward.options.tag=' two tokens'")
+    assert checked == ran
+    assert "reward 'step_tag': the tokenizer has no single token for the step tag ' two tokens'" in checked

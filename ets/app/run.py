@@ -30,7 +30,7 @@ from ets.app.terminal import plural
 from ets.app.writer import FULL
 from ets.policy.base import Policy
 from ets.policy.build import build_policy, check_backend
-from ets.rewards.registry import check_reward
+from ets.rewards.registry import check_reward, check_reward_tokenizer
 from ets.strategies import build as build_strategy
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ def check_config(config: RunConfig, overwrite: bool = False) -> str:
     check_model_folder(config.policy.model)
     if config.reward.model and is_project_module(module_of(obj)):
         check_model_folder(config.reward.model)
-    notes = []
+    notes = [note] if (note := check_reward_tokenizer(config.reward, config.policy.model)) else []
     problems = load_problems(config.data) if config.data.path or config.data.hf_name is None else None
     if problems is not None:
         notes.append(f"data: {plural(len(problems), 'problem')}")
