@@ -122,3 +122,20 @@ def test_a_preset_word_that_matches_no_model_lists_the_presets_that_mention_it(c
 
     msg = one_line_error(capsys, main(["presets", "qwen"]))
     assert "presets that mention it: qwen2.5-math-*-instruct, qwen2.5-*-instruct" in msg
+
+
+def test_a_reward_that_scores_every_step_alike_is_said(tmp_path, caplog, monkeypatch):
+    """A PRM reading a saturated logit scores 1.0 everywhere: the run says so."""
+    from ets.app.cli import main
+
+    (tmp_path / "flat_reward.py").write_text(
+        "def flat(questions, trajectories):\n    return [[[1.0] * len(t) for t in ts] for ts in trajectories]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        assert main(["run", "--config", str(TINY), f"output={tmp_path / 'r.jsonl'}", "data.limit=2",
+                     "reward.name=flat_reward:flat"]) == 0
+    assert "step scores was 1: the reward told no step from another" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert main(["run", "--config", str(TINY), f"output={tmp_path / 's.jsonl'}", "data.limit=2"]) == 0
+    assert "told no step from another" not in caplog.text

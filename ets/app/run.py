@@ -95,9 +95,24 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
                 elapsed = time.perf_counter() - start
             if bar is not None:
                 bar.close()
+            if note := constant_scores_note(new_records):
+                log.warning(note)
     return finish_summary(config.output, writer.records, bool(new_records), lambda records: with_embedding_cost({
         **summarize(records, new_records, elapsed, policy, reward), **(run_stats._asdict() if run_stats else {})},
         config.search, new_records))
+
+
+def constant_scores_note(records: list[dict[str, Any]], least: int = 20) -> str | None:
+    """A warning when every step score of a run's records is the same number (a PRM reading
+    a saturated logit scores 1.0 everywhere): the scores then weigh every trajectory alike,
+    and REBASE, ETS and the weighted vote do what an unscored search would. None when the
+    scores differ, or there are fewer than `least` of them."""
+    scores = {s for r in records for t in r["trajectories"] for s in t["step_scores"]}
+    count = sum(len(t["step_scores"]) for r in records for t in r["trajectories"])
+    if len(scores) != 1 or count < least:
+        return None
+    return (f"every one of the {count:,} step scores was {scores.pop():g}: the reward told no step from another, "
+            "so the search and the vote weighed every trajectory alike; check reward.name and reward.options")
 
 
 def with_embedding_cost(summary: dict[str, Any], search, new_records: list[dict[str, Any]]) -> dict[str, Any]:
