@@ -43,6 +43,7 @@ from ets.config import ANSWER_RULES, MARKED_ANSWER_RULES
         ("My answer is wrong so far. Retry: 2+3 = 5", "5"),             # words, not an answer: the last number
         ("I am not sure the answer is right. She makes 18 dollars.", "18"),  # mid-sentence: not the phrase
         ("So my final answer is 12.", "12"),
+        ("and so onThe answer is: 4", "4"),       # a step that ended at EOS runs on into the next
         ("the answer is 18:", "18"),
         ("I will present it in \\boxed format. The answer is 5.", "5"),  # \boxed with no number after it
         # GSM8K

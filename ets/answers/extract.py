@@ -55,9 +55,11 @@ _CLAUSE = re.compile(r",?\s+(?:since|because|as|which|so|for|given|when|where|if
 _LEADING_NUMBER = re.compile(r"[-+]?(?:\\?\$)?\d[\d,]*(?:\.\d+)?(?:/\d+)?(?:\\?%)?")
 # What precedes "answer is" in its sentence when it gives the answer: the sentence's start
 # (after Markdown marks), a connective, then "the" or "my" ("Answer is 5", "So the answer
-# is 5", "Therefore, the final answer is"); not "which answer is", "sure the answer is right".
-_THE_ANSWER = re.compile(r"(?:^|[\n.!?:;])[\s*_#>\-$]*(?:(?:so|thus|therefore|hence|then|and|finally|overall|"
-                         r"in conclusion|in summary)\b[\s,]*)?(?:(?:the|my)\s+)?$", re.IGNORECASE)
+# is 5", "Therefore, the final answer is"), or a capital "The" anywhere (a step that ended
+# at EOS runs on into the next: "...and so onThe answer is: 4"); not "which answer is",
+# "sure the answer is right".
+_THE_ANSWER = re.compile(r"(?:(?:^|[\n.!?:;])[\s*_#>\-$]*(?:(?:so|thus|therefore|hence|then|and|finally|overall|"
+                         r"in conclusion|in summary)\b[\s,]*)?(?:(?:the|my)\s+)?|(?-i:The)\s+)$", re.IGNORECASE)
 # Two or more plain lower-case words and nothing mathematical: prose, not an answer.
 _PROSE = re.compile(r"[a-z][a-z']*(?:\s+[a-z][a-z']*)+")
 # A box makes a step final even if what follows is cut off (see `is_final_step`).
