@@ -81,6 +81,19 @@ def validate_scores(scores, trajectories, name: str, ids: Sequence[str] | None =
     return out
 
 
+def empty_steps_inherit(trajectories, scores: list[list[list[float]]]) -> list[list[list[float]]]:
+    """`scores` with each step that holds no text (the policy ended at once, or wrote a bare
+    delimiter) given the score of the step before it: an empty step says nothing to judge,
+    and what a reward reads at one is noise that, as a trajectory's last score, would weigh
+    its whole vote. A first step keeps its own (it has none before it). In place."""
+    for per_question, question_scores in zip(trajectories, scores):
+        for steps, step_scores in zip(per_question, question_scores):
+            for s in range(1, len(steps)):
+                if not steps[s].strip():
+                    step_scores[s] = step_scores[s - 1]
+    return scores
+
+
 def _as_list(value, expected: str, fail, where: str) -> list:
     """`value` as a list, or the named error: a list (tuple, array, tensor) was due here."""
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):

@@ -250,3 +250,18 @@ def test_rebase_share_that_is_not_a_number_stops_the_search_with_a_clear_error()
         run_search(world, method="rebase", width=3, softmax_temperature=0.05, **CODE)
     r = run_search(world, method="rebase", width=3, softmax_temperature=0.05)
     assert at_depth(r, 2) == [(2, 0), (2, 1), (2, 2)]
+
+
+def test_an_empty_step_takes_the_score_of_the_step_before_it():
+    """A policy that ends at once after a step writes an empty one: a reward's reading of
+    it is noise (here 0.0) that would weigh the trajectory's vote; it takes its parent's."""
+    def script(depth, j):
+        return ("2 + 2 = 4 s=0.8\n", None) if depth == 0 else ("", "eos")
+
+    def empty_is_zero(questions, trajectories):
+        return [[[0.0 if not s.strip() else 0.8 for s in traj] for traj in per_q] for per_q in trajectories]
+
+    config = SearchConfig(method="rebase", width=2, max_depth=4)
+    r = search([Problem("What is 2 + 2?", "4", id="p")], Scripted(script), empty_is_zero, config)[0]
+    assert [t["step_scores"] for t in r["trajectories"]] == [[0.8, 0.8], [0.8, 0.8]]
+    assert [t["steps"][-1] for t in r["trajectories"]] == ["", ""]

@@ -81,7 +81,7 @@ from ets.loop.lookahead import look_ahead
 from ets.loop.record import result_record
 from ets.policy.base import ExpandRequest, Policy, Prompt, PromptTooLong, SamplingSettings, Step
 from ets.tree import Node, SearchTree, kv_size
-from ets.rewards.base import validate_scores
+from ets.rewards.base import empty_steps_inherit, validate_scores
 from ets.strategies import Frontier, Strategy, build
 from ets.strategies.base import checked_allocation
 
@@ -412,6 +412,8 @@ class SearchLoop:
         else:
             scores = self.score_fn(questions, trajectories)
         scores = validate_scores(scores, trajectories, self.reward_name, [a.problem.id for a in with_children])
+        if not self.config.ets_code:  # (the ETS code scores an empty step as any other)
+            empty_steps_inherit(trajectories, scores)
         for a, per_problem in zip(with_children, scores):
             for child, step_scores in zip(children[a.index], per_problem):
                 child.score = step_scores[-1]  # the newest step's score drives selection
