@@ -226,9 +226,10 @@ def _to_problem(record: Any, fmt: str, data: DataConfig, where: str) -> Problem:
 
 def ground_truth(value: Any, field: str, where: str) -> Any:
     """A ground truth as the data gives it: a string or a number (graded as its text, a
-    float's written out in full), or null (refused below as missing). A list, an object or true/false is refused: the grader
-    compares one answer, and such a value could mean one answer (a tuple, an interval) or
-    several accepted ones; graded as its Python text it would match neither."""
+    float's written out in full), or null (refused below as missing). A list, an object or
+    true/false is refused: the grader compares one answer, and such a value could mean one
+    answer (a tuple, an interval) or several accepted ones; graded as its Python text it
+    would match neither."""
     if value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     if isinstance(value, float):
