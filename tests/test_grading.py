@@ -30,6 +30,15 @@ from tests.helpers import load_script
         ("90^\\circ", "90"),
         ("90°", "90^\\circ"),        # the degree sign as typed
         ("4210_{5}", "4210_5"),
+        # what math-verify does not read, normalised first
+        ("\\frac\\pi2", "\\frac{\\pi}{2}"),      # \frac's arguments unbraced
+        ("(-infinity, 3)", "(-\\infty,3)"),       # constants as words
+        ("2 pi", "2\\pi"),
+        ("5 million", "5000000"),                # a scale word scales; a unit word goes
+        ("2.5 thousand", "2500"),
+        ("-2 \\le x \\le 7", "[-2,7]"),          # an inequality in one variable is its interval
+        ("3 < x \\le 4", "(3,4]"),
+        ("x \\ge 2", "[2,\\infty)"),
         ("x = 5", "5"),
         ("\\{2, 1\\}", "\\{1, 2\\}"),
         ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\pi/2)"),
@@ -53,6 +62,8 @@ def test_equal(predicted, truth):
         ("Eveyln", "Evelyn"),              # words compared as text, not as symbol products
         ("2 pi", "2"),                     # "pi" is not a unit word
         ("52_9", "52_8"),                  # a number in another base is another number
+        ("5 million", "5"),
+        ("x < 3", "(3,\\infty)"),
     ],
 )
 def test_not_equal(predicted, truth):

@@ -26,7 +26,11 @@ are compared after rounding both sides to N places, as math-verify does (N=6 is 
 and this grader's behaviour before).
 
 Thousands separators ("70,000", "10,\\!000"), `\\text{ cm}` units, `^\\circ`, `\\dfrac`,
-`x = 5` against `5` and unordered sets are math-verify's own normalisation.
+`x = 5` against `5` and unordered sets are math-verify's own normalisation. What it does
+not read is normalised first: `\\frac\\pi2` (unbraced arguments), `infinity` and `pi` as
+words, `90°`, a scale word ("5 million" is 5000000; "18 eggs" is 18), an inequality in one
+variable as its interval (`-2 \\le x \\le 7` is `[-2,7]`), and a number in a base by its
+digits and base (`52_8` is not `52_9`: math-verify drops the subscript).
 
 Robustness: `is_equivalent` never raises on an answer; garbage is simply not equal. Results are cached.
 
@@ -47,6 +51,7 @@ import logging
 import multiprocessing
 import re
 import threading
+from decimal import Decimal
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +65,15 @@ _NUMBER = r"[-+]?(?:\d[\d,]*)?\.?\d+"
 _NUMBER_WORDS = re.compile(rf"^({_NUMBER})\s+((?:[A-Za-z]{{2,}}\.?\s*)+)$")
 _TEXT_WRAP = re.compile(r"^\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}$")
 _WORDS = re.compile(r"^[A-Za-z]+(?:\s+[A-Za-z]+)*$")
+_UNBRACED_FRAC = re.compile(r"\\([dt]?frac)\s*(\\[A-Za-z]+|[^\s{}\\])\s*(\\[A-Za-z]+|[^\s{}\\])")
+_INFINITY_WORD = re.compile(r"(?<![\\A-Za-z])(?:infinity|inf)\b", re.IGNORECASE)
+_PI_WORD = re.compile(r"(?<![\\A-Za-z])pi\b")
+_SCALES = {"dozen": 12, "hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9, "trillion": 10**12}
+_LE = ("\\le", "\\leq", "≤")
+_LESS = r"(<|\\leq?|≤)"
+# a < x <= b (one variable, lower bound first); x <= b, x > a.
+_CHAINED = re.compile(rf"([^<>=≤≥]+?)\s*{_LESS}\s*[A-Za-z]\s*{_LESS}\s*([^<>=≤≥]+)")
+_ONE_SIDED = re.compile(rf"[A-Za-z]\s*(<|>|\\leq?|\\geq?|≤|≥)\s*([^<>=≤≥]+)")
 _BASED = re.compile(r"([0-9A-Z]+)_\{?(\d+)\}?")  # digits above 9 as capitals, as MATH writes them
 _BOXED_ALL = re.compile(r"^\\(?:boxed|fbox)\s*\{")
 
@@ -114,9 +128,38 @@ def normalize(answer: str) -> str:
     s = re.sub(r"\\?%$", "", s).strip()
     if re.fullmatch(rf"{_NUMBER}\.", s):   # "10." (a sentence's full stop after the number)
         s = s[:-1]
+    # What math-verify does not read: \frac's arguments unbraced beyond two digits
+    # (\frac\pi2), constants as words, an inequality where an interval is meant.
+    s = _UNBRACED_FRAC.sub(r"\\\1{\2}{\3}", s)
+    s = _INFINITY_WORD.sub(r"\\infty", s)
+    s = _PI_WORD.sub(r"\\pi", s)
+    s = _as_interval(s)
     words = _NUMBER_WORDS.match(s)
-    if words and words.group(2).strip().lower() != "pi":
-        s = words.group(1)
+    if words:
+        scale = _SCALES.get(words.group(2).split()[0].lower().rstrip("."))
+        # "5 million" is 5000000; "18 eggs" is 18 (a unit)
+        s = words.group(1) if scale is None else _times(words.group(1), scale)
+    return s
+
+
+def _times(number: str, scale: int) -> str:
+    value = Decimal(number.replace(",", "")) * scale
+    return format(value.normalize() if value != value.to_integral() else value.to_integral(), "f")
+
+
+def _as_interval(s: str) -> str:
+    """An inequality in one variable as the interval it means: `-2 \\le x \\le 7` -> `[-2,7]`,
+    `x > 3` -> `(3,\\infty)`; anything else as it is."""
+    m = _CHAINED.fullmatch(s)
+    if m:
+        return (f"{'[' if m.group(2) != '<' else '('}{m.group(1).strip()},{m.group(4).strip()}"
+                f"{']' if m.group(3) != '<' else ')'}")
+    m = _ONE_SIDED.fullmatch(s)
+    if m:
+        op, bound = m.group(1), m.group(2).strip()
+        if op in ("<", ">"):
+            return f"(-\\infty,{bound})" if op == "<" else f"({bound},\\infty)"
+        return f"(-\\infty,{bound}]" if op in _LE else f"[{bound},\\infty)"
     return s
 
 
