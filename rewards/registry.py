@@ -92,14 +92,14 @@ def check_reward(reward: RewardConfig, policy_model: str | None = None) -> Any:
     return obj
 
 
-def check_reward_tokenizer(reward: RewardConfig, policy_model: str | None) -> str | None:
-    """`ets run --check`: what a built-in checks of its tokenizer before its weights load
-    (`check_tokenizer`: its tag, tokens or marker each one token, a chat template where it
-    needs one), run on its model's tokenizer (reward.model, else the policy's) alone. A
-    note, not an error, where that tokenizer cannot be loaded here (a hub name offline)."""
+def check_reward_tokenizer(obj: Any, reward: RewardConfig, policy_model: str | None) -> str | None:
+    """`ets run --check`: what a built-in (`obj`, as `check_reward` resolved it) checks of
+    its tokenizer before its weights load (`check_tokenizer`: its tag, tokens or marker each
+    one token, a chat template where it needs one), run on its model's tokenizer
+    (reward.model, else the policy's) alone. A note, not an error, where that tokenizer
+    cannot be loaded here (a hub name offline)."""
     from ets.models.load import ModelLoadError, load_tokenizer
 
-    obj = resolve_reward(reward.name)
     check, model = getattr(obj, "check_tokenizer", None), reward.model or policy_model
     if check is None or not model or not hasattr(obj, "Options"):
         return None

@@ -165,7 +165,7 @@ def extract(text: str | None, rules: Collection[str] = ANSWER_RULES, markers: Se
     candidates: list[tuple[int, str, str]] = []
     if "marker" in rules:
         for m in _PHRASE.finditer(text):
-            if not _THE_ANSWER.search(text[:m.start()]):
+            if not _THE_ANSWER.search(text, 0, m.start()):
                 continue  # "my answer is wrong so far": not the phrase that gives an answer
             value = _phrase_value(text[m.end():])
             if value is not None:

@@ -195,7 +195,7 @@ def check_config(config: RunConfig, overwrite: bool = False) -> str:
     check_model_folder(config.policy.model)
     if config.reward.model and is_project_module(module_of(obj)):
         check_model_folder(config.reward.model)
-    notes = [note] if (note := check_reward_tokenizer(config.reward, config.policy.model)) else []
+    notes = [note] if (note := check_reward_tokenizer(obj, config.reward, config.policy.model)) else []
     problems = load_problems(config.data) if config.data.path or config.data.hf_name is None else None
     if problems is not None:
         notes.append(f"data: {plural(len(problems), 'problem')}")
