@@ -134,7 +134,8 @@ def test_last_boxed_skips_an_unclosed_last_box():
         ("so the answer is still unclear", False),             # case as written
         ("I think The answer is 3", False),
         ("The answer isn't clear yet", False),                 # a marker ends at a word's end
-        ("The final answer is 7", False),                      # the reference's phrase has a colon
+        ("The final answer is 7.", True),                      # a chat model's, without the ETS code's colon
+        ("The final answer isn't 7", False),
         ("", False),
     ],
 )
@@ -164,6 +165,7 @@ def test_reference_final_is_the_ets_code_rule():
     assert reference_final("Q\nmy guess: The answer is 4", "my guess: The answer is 4")
     assert reference_final("Q: The answer is what?\nstep", "step")           # the prompt counts
     assert reference_final("Q\nThe final answer is: 5", "The final answer is: 5")
+    assert not reference_final("Q\nThe final answer is 5", "The final answer is 5")   # its colon
     # "Therefore, the final answer is" only in the newest step (the Llama system prompt has it)
     assert not reference_final("... conclude with: Therefore, the final answer is: ...\nstep", "step")
     assert reference_final("Q\nTherefore, the final answer is $5$", "Therefore, the final answer is $5$")

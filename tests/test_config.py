@@ -129,7 +129,7 @@ def test_an_unknown_method_is_named_with_the_registered_ones():
 def test_compat_and_answer_markers_are_checked():
     assert SearchConfig().compat == "project" and not SearchConfig().ets_code
     assert SearchConfig(compat="ets_code").ets_code
-    assert SearchConfig().answer_markers == ["The answer is", "The final answer is:", "Therefore, the final answer is"]
+    assert SearchConfig().answer_markers == ["The answer is", "The final answer is", "Therefore, the final answer is"]
     assert config_from_dict({"search": {"answer_markers": "####"}}).search.answer_markers == ["####"]
     assert config_from_dict({"answer_markers": []}).search.answer_markers == []
     with pytest.raises(ConfigError, match=r"compat: 'ets'.*project, ets_code"):

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from typing import Collection, Iterator, NamedTuple, Sequence
 
-from ets.config import ANSWER_RULES, REFERENCE_ANSWER_PHRASES
+from ets.config import ANSWER_RULES, DEFAULT_ANSWER_MARKERS
 
 # `\boxed` and `\fbox` both appear in MATH solutions.
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*")
@@ -226,7 +226,7 @@ def _sentence_starts(text: str, marker: str) -> Iterator[int]:
         start = text.find(marker, start + 1)
 
 
-def is_final_step(step_text: str, markers: Sequence[str] = REFERENCE_ANSWER_PHRASES) -> bool:
+def is_final_step(step_text: str, markers: Sequence[str] = DEFAULT_ANSWER_MARKERS) -> bool:
     """Whether this step gives a final answer, so the search treats it as terminal: it writes
     a `\\boxed{}` (or `\\fbox`), or one of `markers` starting a sentence (`starts_sentence`;
     the marker `####` only with a number or LaTeX after it, as GSM8K writes it).

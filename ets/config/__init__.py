@@ -44,14 +44,14 @@ from ets.config.model_presets import (MODEL_PRESETS, SAL_SYSTEM_PROMPT, model_pr
 from ets.config.presets import LLAMA_SYSTEM_PROMPT, PRESETS, apply_presets, preset_lines
 from ets.config.sections import (AGGREGATIONS, ANSWER_RULES, COMPAT_MODES, COSTS, ETS_CODE, ETS_KEY_ALIASES,
                                  MARKED_ANSWER_RULES, METHOD_ALIASES, POLICY_BACKENDS, PROJECT,
-                                 REFERENCE_ANSWER_PHRASES, REFERENCE_PROMPT_TOKENS, VLLM_OPTIONS, VOTES, DataConfig,
+                                 DEFAULT_ANSWER_MARKERS, REFERENCE_PROMPT_TOKENS, VLLM_OPTIONS, VOTES, DataConfig,
                                  PolicyConfig, RewardConfig, RunConfig, SearchConfig)
 from ets.config.yaml_input import read_yaml
 
 __all__ = [
     "AGGREGATIONS", "ANSWER_RULES", "COMPAT_MODES", "COSTS", "ETS_CODE", "ETS_KEY_ALIASES", "LLAMA_SYSTEM_PROMPT",
     "MARKED_ANSWER_RULES", "METHOD_ALIASES", "MODEL_PRESETS", "POLICY_BACKENDS", "PRESETS", "PROJECT",
-    "REFERENCE_ANSWER_PHRASES", "SAL_SYSTEM_PROMPT",
+    "DEFAULT_ANSWER_MARKERS", "SAL_SYSTEM_PROMPT",
     "REFERENCE_PROMPT_TOKENS", "SECTIONS", "STORE_PATH_FILE", "TOP_LEVEL", "VLLM_OPTIONS", "VOTES",
     "ConfigError", "DataConfig", "HIDDEN_EMBEDDERS", "PolicyConfig", "RewardConfig", "RunConfig", "SearchConfig",
     "apply_presets", "config_from_dict", "load_config", "merge_overrides", "model_preset", "model_preset_keys",

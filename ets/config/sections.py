@@ -35,9 +35,11 @@ AGGREGATIONS = ("last", "min", "mean", "prod")
 # search.compat: the project's corrected behaviour, or the ETS public code's (docs/FIDELITY.md).
 PROJECT, ETS_CODE = "project", "ets_code"
 COMPAT_MODES = (PROJECT, ETS_CODE)
-# The ETS code's answer phrases: a step that writes one ends its trajectory (docs/algorithms.md,
-# "The loop"). Case as written; the default of `search.answer_markers`.
-REFERENCE_ANSWER_PHRASES = ("The answer is", "The final answer is:", "Therefore, the final answer is")
+# The default of `search.answer_markers`, phrases that end a trajectory (docs/algorithms.md, "The
+# loop"), case as written: the ETS code's answer phrases, without the colon it asks after "The
+# final answer is" (a chat model that writes "The final answer is 18." has given its answer,
+# and would otherwise write on to `max_tokens`).
+DEFAULT_ANSWER_MARKERS = ("The answer is", "The final answer is", "Therefore, the final answer is")
 # What the ETS code counts a prompt as: `len(tokenizer(text))`, the keys of a Llama or
 # Mistral tokenizer's output (input_ids, attention_mask), not its tokens.
 REFERENCE_PROMPT_TOKENS = 2
@@ -111,7 +113,7 @@ class SearchConfig:
     seed: int = 0
     # A step that writes one of these (case as written, starting a sentence) ends its
     # trajectory, as do EOS and a \boxed{} answer. Default: the ETS code's phrases.
-    answer_markers: list[str] = field(default_factory=lambda: list(REFERENCE_ANSWER_PHRASES))
+    answer_markers: list[str] = field(default_factory=lambda: list(DEFAULT_ANSWER_MARKERS))
     compat: str = PROJECT             # project | ets_code: the ETS public code's selection and accounting
     # How a trajectory's final answer is read (ANSWER_RULES, any order: precedence is fixed).
     # Default: all four; under compat: ets_code, all but last_number (MARKED_ANSWER_RULES).
@@ -173,7 +175,7 @@ class SearchConfig:
         if not isinstance(self.answer_markers, (list, tuple)) or not all(
                 isinstance(m, str) and m.strip() for m in self.answer_markers):
             raise ConfigError(f"answer_markers: {self.answer_markers!r} must be a list of non-empty strings, "
-                              f"e.g. {list(REFERENCE_ANSWER_PHRASES)!r} (the default), or [] for EOS and \\boxed{{}} only")
+                              f"e.g. {list(DEFAULT_ANSWER_MARKERS)!r} (the default), or [] for EOS and \\boxed{{}} only")
         self.answer_markers = list(self.answer_markers)
         self.answer_extraction = _answer_rules(self.answer_extraction, self.compat)
 
