@@ -101,9 +101,10 @@ def main(argv=None) -> None:
           f"{args.threads} thread(s), concurrency cap {first.concurrency}, {args.repeats} interleaved repeats, "
           f"policy {first.policy.model} on {first.policy.backend}, reward {first.reward.name}")
 
-    # One untimed run first: the pools' pages and the embedder are touched once, outside every measurement.
+    # One untimed run of each method first: the pools' pages, the embedder and a compiled
+    # forward's graphs are made once, outside every measurement.
     for b in budgets:
-        for m in names[1:]:
+        for m in names:
             one_run(problems[:1], policies[b], reward, configs[b, m])
     runs: dict[tuple[int, str], list[dict]] = {key: [] for key in configs}
     for rep in range(args.repeats):
@@ -116,6 +117,10 @@ def main(argv=None) -> None:
                 runs[b, m].append(r)
                 print(f"  repeat {rep + 1}, budget {b:,}, {m}: {r['wall']:.1f} s, {r['problems_s']:.4f} problems/s, "
                       f"{r['in_flight']:.1f} in flight (peak {r['peak_in_flight']}), {r['preempted']:,} preempted", flush=True)
+            # as it goes: a run stopped at a time limit (scripts/gpu_check.sh) still leaves each repeat's ratios
+            for m in names[1:]:
+                print(f"  repeat {rep + 1}, budget {b:,}: {m.replace('ets', 'ETS', 1)} / REBASE problems/s "
+                      f"{runs[b, m][-1]['problems_s'] / runs[b, 'rebase'][-1]['problems_s']:.2f}", flush=True)
 
     print("\n| KV budget (tokens) | method | problems/s | tokens/s | in flight (mean / peak) | search peak KV (mean) "
           "| preempted | computed / generated | KV size/problem | accuracy |")

@@ -302,6 +302,9 @@ def graphs(model, tok, args) -> list[str]:
                 captured[b].replay()
             sync(args.device)
             cells.setdefault(("graphed", b), []).append(b * steps / (time.perf_counter() - start))
+            # as it goes: a run stopped at a time limit (scripts/gpu_check.sh) still leaves these
+            print(f"  graphs, {b} sequences: eager {cells[('eager', b)][-1]:,.0f} tok/s, CUDA graph "
+                  f"{cells[('graphed', b)][-1]:,.0f} tok/s", flush=True)
     lines = [f"graphs: the model floor (a 1-token context), tokens/s eager and from a CUDA graph, {steps} forwards; "
              f"median [min-max] of {args.repeats} interleaved repeats",
              "| sequences | eager | CUDA graph | graph / eager | eager ms a forward | graph ms a forward |",
@@ -371,7 +374,7 @@ def scaling(model, tok, args) -> list[str]:
         start = time.perf_counter()
         scaling_cell("engine", model, engine, distinct[:2], 2, args.device)
         print(f"  scaling, {engine_name(v, vs)}: warm-up {time.perf_counter() - start:.1f} s"
-              f"{skipped_graphs(engine.stats())}", flush=True)
+              f"{skipped_graphs(engine.stats())}{compile_failed(engine.stats())}", flush=True)
     scaling_cell("floor", model, engines[vs[0]], distinct[:2], 2, args.device)
     for rep in range(args.repeats):
         for b in batches:
@@ -419,11 +422,17 @@ def scaling(model, tok, args) -> list[str]:
             parts.append(f"{b}: {ms:.1f} ms ({share:.0%}), {statistics.median(ratios):.2f}x "
                          f"[{min(ratios):.2f}-{max(ratios):.2f}]")
         lines.append(f"{engine_name(v, vs)}, distinct contexts: host ms a decode step (share of the wall), tok/s "
-                     f"against engine's, by sequences: " + "; ".join(parts))
+                     f"against engine's, by sequences: " + "; ".join(parts) + compile_failed(engines[v].stats()))
     return lines
 
 
 # ------------------------------------------------------------------------------ tree
+def compile_failed(stats: dict) -> str:
+    """", compile failed: eager from then on" where an engine under `compile=auto` fell back
+    (its figures after that are eager ones)."""
+    return ", compile failed: eager from then on (the log's warning says why)" if stats.get("compile_failed") else ""
+
+
 def skipped_graphs(stats: dict) -> str:
     """", CUDA graphs skipped N times ..." where a compiled engine on CUDA ran graphs
     without the CUDA graphs it asked for (its figures are then plain compiled kernels')."""
@@ -460,7 +469,7 @@ def tree(model, tok, args) -> tuple[list[str], float]:
             stats = policy.engine.stats()
             print(f"  tree, {name}: first run {time.perf_counter() - start:.1f} s, "
                   f"{stats['compiled_graphs']} graphs compiled so far, in {stats['compile_seconds']:.1f} s"
-                  f"{skipped_graphs(stats)}", flush=True)
+                  f"{skipped_graphs(stats)}{compile_failed(stats)}", flush=True)
     results: dict[str, list[dict]] = {name: [] for name in backends}
     for rep in range(args.repeats):
         for name, policy in backends.items():
@@ -504,7 +513,8 @@ def tree(model, tok, args) -> tuple[list[str], float]:
                      f"{statistics.median(h / r['seconds'] for h, r in zip(shares, results[name])):.0%} of the wall")
         if est["compiled_graphs"]:
             lines.append(f"{name} compiled: {est['compiled_graphs']} graphs over every run, in "
-                         f"{est['compile_seconds']:.1f} s (the forwards that compiled them){skipped_graphs(est)}")
+                         f"{est['compile_seconds']:.1f} s (the forwards that compiled them){skipped_graphs(est)}"
+                         f"{compile_failed(est)}")
     if args.profile:
         lines += profile_lines(backends[engine_name(vs[0], vs)], prompts, args)
     # compiled against eager, prepacked against torch's linears, advancing against planning (or back), repeat by repeat

@@ -4,7 +4,10 @@ the device's peak memory after a search-like load against what the plan allowed.
 
 The models are random-initialised from configs (nothing downloaded): a policy of
 Qwen2.5-1.5B's shapes and a PRM of a 7B Mistral's (Math-Shepherd's), in bfloat16; `--quick`
-takes small ones, for the CPU.
+takes small ones, for the CPU. The PRM reads the policy's tokens taken into its own vocabulary
+(32,000 to the policy's 151,936): an id past an embedding's rows is a device-side assert on
+CUDA. Both engines run eagerly unless `--compile` says otherwise: compiling models of these
+sizes takes minutes, and what is checked here is memory.
 
     python scripts/check_memory_split.py --device cuda                 # 1.5B + 7B shapes
     python scripts/check_memory_split.py --device cpu --quick          # a smoke run
@@ -46,6 +49,7 @@ def main() -> None:
     ap.add_argument("--reward-share", type=float, default=None, help="policy.reward_memory_share")
     ap.add_argument("--sequences", type=int, default=64, help="continuations decoded, then scored")
     ap.add_argument("--tokens", type=int, default=128, help="new tokens each")
+    ap.add_argument("--compile", default="off", choices=("auto", "on", "off"), help="both engines' forward")
     args = ap.parse_args()
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     fraction = default_fraction(args.fraction, args.device) or 0.05  # the CPU: asked for, a small part
@@ -58,8 +62,8 @@ def main() -> None:
           f"{time.perf_counter() - t0:.1f} s")
 
     plan = MemoryPlan(args.device, fraction, args.reward_share)
-    policy_engine = Engine(policy, tok, memory=plan)
-    prm_engine = Engine(prm, tok, memory=plan, memory_name="reward", scoring_only=True)
+    policy_engine = Engine(policy, tok, memory=plan, compile=args.compile)
+    prm_engine = Engine(prm, tok, memory=plan, memory_name="reward", scoring_only=True, compile=args.compile)
     plan.resolve()
     print(plan_line(plan.report()))
 
@@ -71,8 +75,11 @@ def main() -> None:
     t0 = time.perf_counter()
     conts = policy_engine.expand([(prompt, args.sequences)], max_new_tokens=args.tokens, temperature=1.0,
                                  ignore_eos=True)[0]
-    paths = [prompt + c.token_ids for c in conts]
+    vocab = prm.config.vocab_size
+    paths = [[t % vocab for t in prompt + c.token_ids] for c in conts]
     rows = prm_engine.score(paths, [[len(p) - 1] for p in paths])
+    if cuda:
+        torch.cuda.synchronize()
     print(f"{args.sequences} continuations of {args.tokens} tokens decoded and scored in "
           f"{time.perf_counter() - t0:.1f} s ({len(rows)} rows)")
     for name, engine in (("policy", policy_engine), ("reward", prm_engine)):

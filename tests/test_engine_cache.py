@@ -300,3 +300,20 @@ def test_an_interrupted_step_gives_back_its_slots(model_tok):
     assert engine.stats()["locked_kv_tokens"] == 0
     assert engine.generate([prompt], max_new_tokens=6, temperature=0) == want
     engine.check()
+
+
+def test_token_ids_outside_the_vocabulary_are_refused_before_any_forward(model_tok):
+    """Another model's token ids (a PRM fed the policy's) are a clear error, not an index
+    error mid-forward (on CUDA a device-side assert that ends the process); the engine is
+    left as it was."""
+    model, tok = model_tok
+    engine = Engine(model, tok, kv_budget_tokens=256)
+    vocab = model.get_input_embeddings().num_embeddings
+    for bad in ([5, vocab, 7], [5, -1, 7]):
+        with pytest.raises(ValueError, match="outside the model's vocabulary"):
+            engine.generate([bad], max_new_tokens=2)
+        with pytest.raises(ValueError, match="outside the model's vocabulary"):
+            engine.score([bad], [[2]])
+    assert engine.stats()["computed_tokens"] == 0
+    engine.check()
+    assert engine.generate([[5, vocab - 1, 7]], max_new_tokens=2, temperature=0)

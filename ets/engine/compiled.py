@@ -263,8 +263,8 @@ class CompiledModel:
             self.compile_seconds += time.perf_counter() - start
         if graphed:  # a CUDA graph's outputs are overwritten by its next replay
             self.cudagraph_skips += counters["inductor"]["cudagraph_skips"] - skips
-            out = out.clone()
-            final = final.clone() if final is not None and final is not out else final
+            raw, out = out, out.clone()
+            final = out if final is raw else (final.clone() if final is not None else None)
         return out, final
 
 

@@ -156,6 +156,9 @@ class Engine:
         self._ticket_sums: torch.Tensor | None = None  # their pooling sequences' sums (a row each)
         self._free_sums: list[int] = []
         self.eos_ids = eos_token_ids(model, tokenizer)
+        # the ids the model can read: one past its embedding's rows is an index error on the
+        # CPU, and on CUDA a device-side assert that ends the process
+        self.vocab_rows = model.get_input_embeddings().num_embeddings
 
     def _build_pool(self, tokens: int) -> None:
         """The pool of `tokens` and what is shaped by it: allocator, runner, scheduler."""
@@ -522,6 +525,7 @@ class Engine:
             if not token_ids:
                 raise ValueError("cannot continue an empty token list: start prompts with at least one token (e.g. BOS)")
             self._check_length(len(token_ids) + params.max_new_tokens)
+            self._check_ids(token_ids)
             for j in range(n):
                 if params.greedy:
                     stream = None
@@ -534,6 +538,12 @@ class Engine:
         if n > self.pool.num_slots:
             raise ValueError(f"a sequence of up to {n} tokens cannot fit a KV pool of "
                              f"{self.pool.num_slots} tokens; raise kv_budget_tokens")
+
+    def _check_ids(self, token_ids: Sequence[int]) -> None:
+        low, high = min(token_ids), max(token_ids)
+        if low < 0 or high >= self.vocab_rows:
+            raise ValueError(f"token id {low if low < 0 else high} is outside the model's vocabulary (ids 0.."
+                             f"{self.vocab_rows - 1}): the tokens come from another model's tokenizer")
 
     # ---------------------------------------------------------------- scoring
     def score(self, sequences: list[list[int]], positions: list[list[int]],
@@ -565,6 +575,7 @@ class Engine:
             if span is not None and not 0 <= span[0] < span[1] <= len(tokens):
                 raise ValueError(f"score: span {span} must lie within 0..{len(tokens)} and hold a position")
             self._check_length(len(tokens))
+            self._check_ids(tokens)
             seq = Seq(list(tokens), len(tokens), positions=list(pos))
             if span is not None:
                 seq.pool_from, seq.pool_to = span
