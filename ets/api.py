@@ -22,6 +22,7 @@ can be ten times faster than the default of one per core.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -29,6 +30,8 @@ from ets.config import ConfigError, RunConfig, SearchConfig, config_from_dict
 from ets.config import load_config as _load_yaml
 from ets.data import Problem, as_problems
 from ets.policy.base import Policy
+
+log = logging.getLogger(__name__)
 
 ProblemLike = Problem | str | Mapping[str, Any]
 ConfigLike = str | Path | Mapping[str, Any] | RunConfig
@@ -68,12 +71,48 @@ def _override_list(overrides: Sequence[str]) -> list[str]:
     return items
 
 
-def _check_reward(reward: Any) -> None:
-    """A reward class given where its instance goes is refused (it would fail at its first
-    call, deep in the search)."""
+def _as_reward(reward: Any) -> Any:
+    """A reward given as an object, made what a reward named in a config is: a user's
+    `ProcessRewardModel` instance or function f(questions, trajectories) -> scores is
+    checked now (a function's signature) and scores guarded, so that what it raises is the
+    one-line `PluginError` naming it, and its errors name it by its class or function. A
+    built-in (as `build_reward` made it) is used as it is; None stays None (the config's
+    reward is built). What is no reward is refused here, not at its first call, deep in
+    the search."""
+    from ets.plugins import is_project_module, module_of
+    from ets.rewards.base import ProcessRewardModel
+    from ets.rewards.plugin import make_plugin
+
+    if reward is None:
+        return None
     if isinstance(reward, type):
         raise ConfigError(f"reward: {reward.__name__} is a class; pass an instance ({reward.__name__}(...)) or a "
                           "function, or name it in a config (reward.name: module:Class) to have it built")
+    if isinstance(reward, str):
+        raise ConfigError(f"reward: {reward!r} is a name; names go in the config (reward.name, or "
+                          f"overrides=['reward.name={reward}']), the reward argument takes a reward object")
+    if isinstance(reward, ProcessRewardModel):
+        if is_project_module(module_of(reward)):
+            return reward
+        named = reward.name if reward.name != ProcessRewardModel.name else type(reward).__name__
+        return make_plugin(reward, None, named)
+    if callable(getattr(reward, "score", None)):
+        raise ConfigError(f"reward: {type(reward).__name__} has a score method but is not a ProcessRewardModel; "
+                          f"subclass it (class {type(reward).__name__}(ets.rewards.ProcessRewardModel))")
+    if callable(reward):
+        return make_plugin(reward, None, getattr(reward, "__name__", type(reward).__name__))
+    raise ConfigError(f"reward: a {type(reward).__name__} is not a reward; pass a ProcessRewardModel instance or a "
+                      "function f(questions, trajectories) -> scores[q][t][s]")
+
+
+def _warn_unread_overrides(overrides: Sequence[str], policy: Any, reward: Any) -> None:
+    """Overrides of the policy's or the reward's keys reach only what the config builds: a
+    policy or reward passed in is used as it was built."""
+    for given, section in ((policy, "policy"), (reward, "reward")):
+        unread = [o.partition("=")[0] for o in overrides if o.startswith(f"{section}.")]
+        if given is not None and unread:
+            log.warning("%s: the %s passed in is used as it was built; to apply them, build it from the config "
+                        "with these overrides (ets.build_%s)", ", ".join(unread), section, section)
 
 
 def apply_torch_threads(config: RunConfig) -> None:
@@ -129,7 +168,8 @@ def search(config: ConfigLike, problems: Iterable[ProblemLike] | None = None, *,
     from ets.strategies import build as build_strategy
 
     config = load_config(config, overrides)
-    _check_reward(reward)
+    reward = _as_reward(reward)
+    _warn_unread_overrides(_override_list(overrides), policy, reward)
     strategy = build_strategy(config.search)  # an unknown method or option fails before anything loads
     if reward is None:
         from ets.rewards.registry import check_reward
@@ -137,8 +177,8 @@ def search(config: ConfigLike, problems: Iterable[ProblemLike] | None = None, *,
         check_reward(config.reward, config.policy.model)  # as do the reward's
     apply_torch_threads(config)
     items = load_problems(config) if problems is None else as_problems(problems)
-    policy = policy or build_policy(config)
-    reward = reward or build_reward(config, policy)
+    policy = build_policy(config) if policy is None else policy
+    reward = build_reward(config, policy) if reward is None else reward
     return _search(items, policy, reward, config.search, strategy=strategy, save_trees=config.save_trees,
                    in_flight=None if config.rounds == "in_flight" else False,
                    concurrency=config.concurrency if concurrency is None else concurrency,
@@ -166,7 +206,7 @@ def search_with(problems: Iterable[ProblemLike], policy: Policy, reward: Any, co
     if config is not None and not isinstance(config, SearchConfig):
         raise ConfigError(f"search_with's config: expected a SearchConfig, got {type(config).__name__}; "
                           "build one with ets.SearchConfig(method=..., width=...)")
-    _check_reward(reward)
+    reward = _as_reward(reward)
     if config is None:
         built = getattr(policy, "search", None)
         config = built if isinstance(built, SearchConfig) else SearchConfig()

@@ -42,7 +42,15 @@ class ProcessRewardModel(ABC):
         """scores[q][t][s] in [0, 1] for step s of trajectory t of question q."""
 
     def __call__(self, questions, trajectories):
-        return validate_scores(self.score(questions, trajectories), trajectories, self.name)
+        return scored(self.score, questions, trajectories, self.name)
+
+
+def scored(score, questions, trajectories, name: str, ids: Sequence[str] | None = None) -> list[list[list[float]]]:
+    """`score(questions, trajectories)`, checked by `validate_scores` against the
+    trajectories as they were given: the reward is handed copies of the lists, so one that
+    changes them in place changes neither the check nor the steps the search keeps."""
+    return validate_scores(score(list(questions), [[list(steps) for steps in per] for per in trajectories]),
+                           trajectories, name, ids)
 
 
 def validate_scores(scores, trajectories, name: str, ids: Sequence[str] | None = None) -> list[list[list[float]]]:

@@ -20,6 +20,8 @@ What the name resolves to decides how it is built:
 
 from __future__ import annotations
 
+import inspect
+import logging
 from importlib import metadata
 from typing import Any
 
@@ -30,6 +32,8 @@ from ets.rewards.options import RewardContext, parse_options
 from ets.rewards.plugin import WHEN_BUILT_ADVICE, check_plugin, guard_scoring, make_plugin
 from ets.plugins import import_object
 from ets.rewards.plugin_faults import REWARD, guarded, is_project_module, module_of
+
+log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "ets.rewards"
 
@@ -42,12 +46,22 @@ BUILTINS: dict[str, str] = {
 }
 
 _registered: dict[str, Any] = {}
+_warned_unread_model: set[tuple[str, str]] = set()
 
 
 def register_reward(name: str, obj: Any) -> None:
-    """Make `name` resolve to `obj` (a class, a function, or a `module:attr` string)."""
+    """Make `name` resolve to `obj` (a class, a function, or a `module:attr` string). A
+    built-in's name is refused: a config that says `step_tag` must run step_tag. Registering
+    a name again replaces what it named."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"reward name {name!r}: give a non-empty string")
     if ":" in name:
         raise ValueError(f"reward name {name!r} must not contain ':' (that form means module:attr)")
+    if name in BUILTINS:
+        raise ValueError(f"reward name {name!r} is a built-in reward's; register yours under another name")
+    if not (isinstance(obj, str) or callable(obj)):
+        raise ValueError(f"register_reward({name!r}, ...): a {type(obj).__name__} is no reward; give a "
+                         "ProcessRewardModel subclass or instance, a function, or a 'module:attr' string")
     _registered[name] = obj
 
 
@@ -88,8 +102,35 @@ def check_reward(reward: RewardConfig, policy_model: str | None = None) -> Any:
     if hasattr(obj, "Options") and hasattr(obj, "from_config"):
         check_trained_model(obj, parse_options(obj.Options, reward.options, reward.name), reward, policy_model)
     else:
-        check_plugin(obj, reward.options, reward.name)
+        check_plugin(obj, plugin_options(obj, reward), reward.name)
     return obj
+
+
+def plugin_options(obj: Any, reward: RewardConfig) -> dict[str, Any]:
+    """A plug-in's keyword arguments: `reward.options`, and `reward.model` as `model` where
+    the plug-in takes one (a plug-in that loads a model of its own); where it takes none, a
+    warning says that reward.model goes unread."""
+    options = dict(reward.options or {})
+    if reward.model is None or "model" in options:
+        return options
+    if not isinstance(obj, ProcessRewardModel) and _takes_keyword(obj, "model"):
+        return {**options, "model": reward.model}
+    what = ("is an already-built instance" if isinstance(obj, ProcessRewardModel) else
+            f"takes no `model` argument (give its {'constructor' if isinstance(obj, type) else 'function'} one to "
+            "receive it)")
+    if (reward.name, reward.model) not in _warned_unread_model:  # (checked, then built: said once)
+        _warned_unread_model.add((reward.name, reward.model))
+        log.warning("reward.model (%r) goes unread: reward %r %s", reward.model, reward.name, what)
+    return options
+
+
+def _takes_keyword(fn: Any, key: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True  # no signature to read: the call decides
+    return any(p.name == key and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.kind is p.VAR_KEYWORD
+               for p in params)
 
 
 def check_reward_tokenizer(obj: Any, reward: RewardConfig, policy_model: str | None) -> str | None:
@@ -165,7 +206,7 @@ def build_reward(
                 options, context), name, module)
         settle_memory(context.memory)
         return built
-    built = make_plugin(obj, reward_config.options, name)
+    built = make_plugin(obj, plugin_options(obj, reward_config), name)
     settle_memory(getattr(engine, "memory", None))
     return built
 

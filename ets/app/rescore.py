@@ -84,13 +84,13 @@ def rescored(records: Sequence[dict[str, Any]], reward, config: RunConfig) -> li
     """`records` with every trajectory's step scores from `reward` (one call), its answer
     read again by `config`'s answer rules, and the answer chosen again by its aggregation
     and vote, as the search loop reads and chooses them (ets/loop/controller.py `_record`)."""
-    from ets.rewards.base import empty_steps_inherit, validate_scores
+    from ets.rewards.base import empty_steps_inherit, scored
 
     search = config.search
     questions = [r["question"] for r in records]
     steps = [[t["steps"] for t in r["trajectories"]] for r in records]
     score_fn = getattr(reward, "score", reward)
-    scores = validate_scores(score_fn(questions, steps), steps, config.reward.name, [r["id"] for r in records])
+    scores = scored(score_fn, questions, steps, config.reward.name, [r["id"] for r in records])
     if not search.ets_code:  # as the search loop scores them
         empty_steps_inherit(steps, scores)
     out = []

@@ -81,7 +81,7 @@ from ets.loop.lookahead import look_ahead
 from ets.loop.record import result_record
 from ets.policy.base import ExpandRequest, Policy, Prompt, PromptTooLong, SamplingSettings, Step
 from ets.tree import Node, SearchTree, kv_size
-from ets.rewards.base import empty_steps_inherit, validate_scores
+from ets.rewards.base import empty_steps_inherit, scored, validate_scores
 from ets.strategies import Frontier, Strategy, build
 from ets.strategies.base import checked_allocation
 
@@ -409,9 +409,10 @@ class SearchLoop:
             for a, per_problem in zip(with_children, embeddings):
                 for child, embedding in zip(children[a.index], per_problem):
                     child.embedding = embedding
+            scores = validate_scores(scores, trajectories, self.reward_name, [a.problem.id for a in with_children])
         else:
-            scores = self.score_fn(questions, trajectories)
-        scores = validate_scores(scores, trajectories, self.reward_name, [a.problem.id for a in with_children])
+            scores = scored(self.score_fn, questions, trajectories, self.reward_name,
+                            [a.problem.id for a in with_children])
         if not self.config.ets_code:  # (the ETS code scores an empty step as any other)
             empty_steps_inherit(trajectories, scores)
         for a, per_problem in zip(with_children, scores):

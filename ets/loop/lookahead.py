@@ -26,7 +26,7 @@ from ets.config import SearchConfig
 from ets.loop import rules
 from ets.policy.base import ExpandRequest, Policy, SamplingSettings
 from ets.tree import Node
-from ets.rewards.base import validate_scores
+from ets.rewards.base import scored
 from ets.strategies.base import LOOKAHEAD_SCORE
 
 
@@ -91,7 +91,7 @@ def _score(score: Callable, reward_name: str, rollouts: list[_Rollout]) -> None:
         return
     questions = [members[0].question for members in groups.values()]
     trajectories = [[r.node.step_texts() + r.texts for r in members] for members in groups.values()]
-    scores = validate_scores(score(questions, trajectories), trajectories, reward_name)
+    scores = scored(score, questions, trajectories, reward_name)
     for members, per_problem in zip(groups.values(), scores):
         for r, step_scores in zip(members, per_problem):
             r.node.tags[LOOKAHEAD_SCORE] = step_scores[-1]
