@@ -2,6 +2,7 @@
 one-line errors for bad input."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,8 +108,22 @@ def test_bad_input_is_one_line_and_nothing_is_corrupted(tmp_path, capsys):
     bad.write_text('{"question": "q", "answer": "#### 1"}\nnot json\n')
     msg = _error(capsys, *cfg, f"data.path={bad}")
     assert "bad.jsonl" in msg and "2" in msg
-    assert "does not exist" in _error(capsys, *cfg, "policy.model=/nope/model")
+    # the key that named the path, in the run and in --check
+    assert _error(capsys, *cfg, "policy.model=/nope/model").startswith(
+        "ets: error: policy.model: model path '/nope/model' does not exist")
+    assert _error(capsys, *cfg, "reward.model=/nope/prm").startswith(
+        "ets: error: reward.model: model path '/nope/prm' does not exist")
+    assert _error(capsys, *cfg, "--check", "reward.model=/nope/prm").startswith("ets: error: reward.model: model path")
     msg = _error(capsys, *cfg, "method=alphazero")
     assert "alphazero" in msg and "rebase" in msg
     assert "does not exist" in _error(capsys, "run", "--config", str(tmp_path / "none.yaml"))
     assert out.read_text() == before
+
+
+def test_output_cut_short_by_its_reader_is_no_traceback():
+    """`ets presets | head -1`: the reader closes the pipe after a line; ets stops quietly."""
+    import subprocess
+
+    done = subprocess.run(["bash", "-c", f"{sys.executable} -m ets presets | head -1"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.startswith("Presets by model name") and done.stderr == ""

@@ -303,9 +303,9 @@ def test_an_interrupted_step_gives_back_its_slots(model_tok):
 
 
 def test_token_ids_outside_the_vocabulary_are_refused_before_any_forward(model_tok):
-    """Another model's token ids (a PRM fed the policy's) are a clear error, not an index
-    error mid-forward (on CUDA a device-side assert that ends the process); the engine is
-    left as it was."""
+    """Another model's token ids (a PRM fed the policy's), or text, are a clear error, not an
+    index error mid-forward (on CUDA a device-side assert that ends the process); the
+    engine is left as it was."""
     model, tok = model_tok
     engine = Engine(model, tok, kv_budget_tokens=256)
     vocab = model.get_input_embeddings().num_embeddings
@@ -314,6 +314,8 @@ def test_token_ids_outside_the_vocabulary_are_refused_before_any_forward(model_t
             engine.generate([bad], max_new_tokens=2)
         with pytest.raises(ValueError, match="outside the model's vocabulary"):
             engine.score([bad], [[2]])
+    with pytest.raises(ValueError, match=r"reads token ids, got strs .*tokenizer\(text\).input_ids"):
+        engine.generate(["What is 2 + 3?"], max_new_tokens=2)
     assert engine.stats()["computed_tokens"] == 0
     engine.check()
     assert engine.generate([[5, vocab - 1, 7]], max_new_tokens=2, temperature=0)

@@ -47,3 +47,15 @@ def test_the_strategy_example_runs_as_written(tmp_path, monkeypatch, capsys):
     assert records and all(r["method"] == "my_strategy:KeepBest" for r in records)
     for r in records:  # keep=1: one candidate kept in each selection round (one KV figure each)
         assert r["strategy_metrics"]["kept"] == len(r["kv_size_steps"])
+
+
+def test_the_engine_example_of_the_backends_page_runs_as_written():
+    """docs/backends.md "The engine from Python": text encoded to ids, a generate, an expand
+    whose handles lock their paths, a score of those paths, the release."""
+    page = DOC.parent / "docs" / "backends.md"
+    code = re.search(BLOCK.format("engine-api"), page.read_text(), re.S).group(1)
+    scope: dict = {}
+    exec(compile(code, "docs/backends.md (The engine from Python)", "exec"), scope)
+    engine, paths, logits = scope["engine"], scope["paths"], scope["logits"]
+    assert len(paths) == 4 and [row.shape[0] for row in logits] == [1] * 4
+    assert engine.stats()["locked_kv_tokens"] == 0

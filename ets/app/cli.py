@@ -628,6 +628,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as stop:
         print("ets: interrupted; finished problems are saved, rerun the same command to resume", file=sys.stderr)
         return EXIT_CODE if isinstance(stop, Terminated) else 130
+    except BrokenPipeError:  # `ets presets | head`: the reader has what it wanted
+        # stdout to /dev/null, so that Python's flush at exit finds no pipe to fail on again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a process ended by SIGPIPE
 
 
 def _one_line(exc: BaseException) -> str:

@@ -85,11 +85,12 @@ def describe(config: RunConfig) -> dict[str, Any]:
     recorded["policy.device"] = config.policy.device
     compared["policy.device"] = str(config.policy.device).split(":")[0]
     recorded["policy.model"] = config.policy.model
-    compared["policy.model"] = model_identity(config.policy.model)
+    compared["policy.model"] = model_identity(config.policy.model, "policy.model")
     recorded["reward.options"] = config.reward.options
     compared["reward.options"] = {k: v for k, v in config.reward.options.items() if k not in REWARD_OPTIONS_NOT_COMPARED}
     recorded["reward.model"] = config.reward.model
-    compared["reward.model"] = model_identity(config.reward.model or config.policy.model)
+    compared["reward.model"] = model_identity(config.reward.model or config.policy.model,
+                                              "reward.model" if config.reward.model else "policy.model")
     compared["policy.sampler"] = _sampler(config.policy.backend)
     for section, module in plugin_modules(config).items():
         compared[f"{section}.plugin_source"] = source_fingerprint(module)
@@ -163,8 +164,9 @@ def check_records(records: Sequence[dict[str, Any]], problems: Sequence[Problem]
     return None
 
 
-def model_identity(name: str) -> str:
-    """What a model is: `files sha256:...` for a local folder or file, else its name."""
+def model_identity(name: str, key: str | None = None) -> str:
+    """What a model is: `files sha256:...` for a local folder or file, else its name (`key`:
+    the config key that names it, for the error where it names nothing)."""
     from ets.models.load import check_model_exists
 
     if name.startswith("tiny:"):
@@ -172,7 +174,7 @@ def model_identity(name: str) -> str:
     path = Path(name).expanduser()
     if path.exists():
         return "files " + fingerprint(path)
-    check_model_exists(name)  # a path that does not exist: ModelLoadError
+    check_model_exists(name, key)  # a path that does not exist: ModelLoadError
     return name  # a hub name
 
 

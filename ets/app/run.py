@@ -185,11 +185,11 @@ def check_config(config: RunConfig, overwrite: bool = False) -> str:
     obj = check_reward(config.reward, config.policy.model)
     check_devices(config)
     check_backend(config.policy)
-    for model in (config.policy.model, config.reward.model):
+    for key, model in (("policy.model", config.policy.model), ("reward.model", config.reward.model)):
         if model and model.startswith("tiny:"):
             check_tiny_name(model)
         elif model:
-            check_model_exists(model)
+            check_model_exists(model, key)
     # What a folder must hold (a tokenizer, whole safetensors files): the policy's, and a
     # built-in reward's (a plug-in's own model folder is its business).
     check_model_folder(config.policy.model)

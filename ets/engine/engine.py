@@ -540,6 +540,9 @@ class Engine:
                              f"{self.pool.num_slots} tokens; raise kv_budget_tokens")
 
     def _check_ids(self, token_ids: Sequence[int]) -> None:
+        if isinstance(token_ids, str) or not hasattr(token_ids[0], "__index__"):
+            raise ValueError(f"the engine reads token ids, got {type(token_ids[0]).__name__}s "
+                             f"({str(token_ids)[:40]!r}): encode text first, tokenizer(text).input_ids")
         low, high = min(token_ids), max(token_ids)
         if low < 0 or high >= self.vocab_rows:
             raise ValueError(f"token id {low if low < 0 else high} is outside the model's vocabulary (ids 0.."

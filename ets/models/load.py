@@ -137,18 +137,21 @@ def eos_token_ids(model=None, tokenizer=None) -> set[int]:
     return ids
 
 
-def check_model_exists(name_or_path: str) -> None:
+def check_model_exists(name_or_path: str, key: str | None = None) -> None:
+    """A path that is no model folder is refused in one line (starting with the config key
+    that named it, `key`, where known); a hub name is left to transformers."""
     if not _looks_like_path(name_or_path):
         return  # a hub name: transformers resolves it
     path = Path(name_or_path).expanduser()
+    where = f"{key}: " if key else ""
     if not path.exists():
         raise ModelLoadError(
-            f"model path {name_or_path!r} does not exist; pass a folder in Hugging Face format "
+            f"{where}model path {name_or_path!r} does not exist; pass a folder in Hugging Face format "
             "(config.json + weights + tokenizer), a hub name, or tiny:llama for a random test model"
         )
     if path.is_dir() and not (path / "config.json").is_file():
         raise ModelLoadError(
-            f"model path {name_or_path!r} is not a model folder (no config.json); pass a folder in "
+            f"{where}model path {name_or_path!r} is not a model folder (no config.json); pass a folder in "
             "Hugging Face format (config.json + weights + tokenizer), e.g. one written by save_pretrained"
         )
 

@@ -210,7 +210,7 @@ class VLLMPolicy(PromptsAndSteps):
         from ets.models.folder import check_vocab_fits, local_path
         from ets.models.load import check_model_exists, load_tokenizer
 
-        check_model_exists(policy.model)
+        check_model_exists(policy.model, "policy.model")
         tokenizer = load_tokenizer(policy.model)  # the folder's checks (ets/models/folder.py) come with it
         hf_config = AutoConfig.from_pretrained(local_path(policy.model))
         check_vocab_fits(policy.model, tokenizer, getattr(hf_config.get_text_config(), "vocab_size", None))
