@@ -38,9 +38,10 @@ ConfigLike = str | Path | Mapping[str, Any] | RunConfig
 
 
 def load_config(config: ConfigLike | None = None, overrides: Sequence[str] = ()) -> RunConfig:
-    """The `RunConfig` of a YAML file's path (relative paths in it are relative to the
-    file), of a dict with the same keys (relative paths are relative to the working
-    folder), or a `RunConfig` itself; `overrides` are `key=value` strings set over it, as
+    """The `RunConfig` of a YAML file's path (its `data.path`, `policy.model` and
+    `reward.model` written from `./` or `../` are relative to the file, every other path
+    to the working folder), of a dict with the same keys (every path relative to the
+    working folder), or a `RunConfig` itself; `overrides` are `key=value` strings set over it, as
     `ets run` takes them (`width=8`, `policy.model=tiny:qwen2`, `search.options.k=2`).
     None: the defaults."""
     overrides = _override_list(overrides)

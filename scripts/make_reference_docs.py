@@ -398,6 +398,10 @@ def config_page() -> str:
         f"allowed; `ets run --config FILE --check` prints the resolved settings without running anything.",
         "",
         "A default of null means the key is unset; its description says what that does.",
+        "",
+        "Paths: in a config file, `data.path`, `policy.model` and `reward.model` written from `./` or `../` "
+        "are relative to the file (a config and its data travel together); every other path, and every path "
+        "on the command line or in a dict given to `ets.search`, is relative to the working folder.",
     ]
     for name, cls in section_classes().items():
         title = "Top-level keys" if name == RUN else code(name)
