@@ -52,25 +52,28 @@ class _Fields(NamedTuple):
                                 # None: unknown (the problem is searched, and graded as unknown)
     id: str                     # names the problem in its result record
     raw: dict[str, Any]         # the record as read, for anything a caller needs beyond these
+    fields: dict[str, Any]      # the record's other short fields (MATH500's level and subject),
+                                # kept in the problem's result record: `ets eval --by level`
 
 
 class Problem(_Fields):
     """One problem to search: its question, its ground truth if known, its id.
 
         ets.Problem("What is 2 + 3?")                 # no ground truth: its record's `correct` is None
-        ets.Problem("What is 2 + 3?", answer="5", id="add-1")
+        ets.Problem("What is 2 + 3?", answer="5", id="add-1", fields={"level": 1})
 
     An id not given is `question_id(question)`, a hash of the question text, as a data file's
     record without an id gets: a problem keeps its id (and its samples: the search's seeds
     are drawn from the id and the question) wherever it stands in a list, and the same
     question searched from Python and by `ets run` has the same id, so their results
     compare. A number as the answer is graded as its text; a GSM8K worked solution as its
-    `####` number."""
+    `####` number. `fields` (numbers, true/false, short text) go into its result record,
+    where `ets eval --by NAME` groups the accuracy by one of them."""
 
     __slots__ = ()
 
     def __new__(cls, question: str, answer: str | int | float | None = None, id: str | None = None,
-                raw: dict[str, Any] | None = None) -> "Problem":
+                raw: dict[str, Any] | None = None, fields: Mapping[str, Any] | None = None) -> "Problem":
         if not isinstance(question, str) or not question.strip():
             raise DataError(f"Problem: the question must be a non-empty string, got {str(question)[:60]!r}")
         answer = solution_number(ground_truth(answer, "answer", "Problem"), "answer", "Problem")
@@ -81,7 +84,40 @@ class Problem(_Fields):
         # blank one, is the question's hash
         id = question_id(question) if id is None or not str(id).strip() else str(id)
         return super().__new__(cls, question, None if answer is None else str(answer).strip(), id,
-                               {} if raw is None else raw)
+                               {} if raw is None else raw, _checked_fields(fields, question))
+
+
+# The longest text a problem's field keeps in its result record: a label or a name, not a
+# worked solution or a passage (a data record's longer fields stay in `Problem.raw` only).
+FIELD_TEXT_CHARS = 200
+
+
+def _checked_fields(fields: Mapping[str, Any] | None, question: str) -> dict[str, Any]:
+    """`Problem(fields=...)` as a plain dict: text keys, values a result record can hold."""
+    if fields is None:
+        return {}
+    if not isinstance(fields, Mapping):
+        raise DataError(f"Problem {question[:40]!r}: fields must be a dict of name -> value, got "
+                        f"{type(fields).__name__}")
+    for key, value in fields.items():
+        if not isinstance(key, str) or not _kept(value):
+            raise DataError(f"Problem {question[:40]!r}: field {key!r} = {str(value)[:40]!r}: a field is a "
+                            f"name and a number, true/false or text of at most {FIELD_TEXT_CHARS} characters")
+    return dict(fields)
+
+
+def _kept(value: Any) -> bool:
+    """Whether a data record's field goes into the result record (see FIELD_TEXT_CHARS)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, (bool, int)) or (isinstance(value, str) and 0 < len(value) <= FIELD_TEXT_CHARS)
+
+
+def record_fields(record: Mapping[str, Any], read: Iterable[str]) -> dict[str, Any]:
+    """A data record's fields besides those `read` (its question, answer and id) that a
+    result record keeps."""
+    read = set(read)
+    return {k: v for k, v in record.items() if k not in read and isinstance(k, str) and _kept(v)}
 
 
 # The keys of a problem given as a dict (`as_problem`): the question, the ground truth (the
@@ -120,7 +156,8 @@ def as_problem(item: Problem | str | Mapping[str, Any], index: int) -> Problem:
             if key is None and isinstance(item.get("solution"), str):
                 answer = last_boxed(item["solution"])
             answer = solution_number(answer, key, where)
-            return Problem(question, answer, _record_id(item, question), dict(item))
+            return Problem(question, answer, _record_id(item, question), dict(item),
+                           record_fields(item, PROBLEM_KEYS))
     raise DataError(f"problem {index}: expected a Problem, a question string or a dict with a 'question' "
                     f"string, got {type(item).__name__} {str(item)[:60]!r}")
 
@@ -221,7 +258,8 @@ def _to_problem(record: Any, fmt: str, data: DataConfig, where: str) -> Problem:
         if answer is None:
             raise DataError(f"{where}: GSM8K answer has no '#### <number>' line; fix the record or use data.format=fields")
     answer = solution_number(answer, a_key, where)
-    return Problem(question, str(answer).strip(), _record_id(raw, question), raw)
+    return Problem(question, str(answer).strip(), _record_id(raw, question), raw,
+                   record_fields(raw, (q_key, a_key, "solution", *ID_KEYS)))
 
 
 def ground_truth(value: Any, field: str, where: str) -> Any:

@@ -235,6 +235,10 @@ def _eval(args: argparse.Namespace) -> int:
         from ets.app.evaluate import EvalError
 
         raise EvalError("--vote is not an option of --at-n, which shows all three votes; drop --vote")
+    if args.at_n and args.by is not None:
+        from ets.app.evaluate import EvalError
+
+        raise EvalError("--by is not an option of --at-n; run `ets eval --by` on its own")
     args.vote = args.vote or "weighted"
     if len(args.files) == 1 and (seeds := seed_files(args.files[0])):
         return _eval_seeds(args, seeds)
@@ -245,12 +249,19 @@ def _eval(args: argparse.Namespace) -> int:
     files = f", {len(run.files)} files" if len(run.files) > 1 else ""
     if len(run.files) > 1:
         result["files"] = run.files
+    if args.by is not None:
+        from ets.app.by_field import accuracy_by, by_table
+
+        result["by"] = {args.by: accuracy_by(run.records, args.by, args.agg, args.vote,
+                                             float_rounding=args.float_rounding)}
     if args.json:
         print(json.dumps(result))
     else:
         ungraded = f"; {result['ungraded']} without a ground truth not counted" if result.get("ungraded") else ""
         print(f"accuracy {result['accuracy']:.4f} ({result['correct']}/{result['problems']}) agg={args.agg} "
               f"vote={args.vote}{files}{ungraded}")
+        if args.by is not None:
+            print("\n".join(by_table(args.by, result["by"][args.by])))
     return 0
 
 
@@ -264,11 +275,18 @@ def _eval_seeds(args: argparse.Namespace, seeds: dict[str, str]) -> int:
 
     if args.at_n:
         raise EvalError(f"--at-n reads one run: pass one seed's file, e.g. {next(iter(seeds.values()))}")
-    results = {seed: evaluate(load_results(path), args.agg, args.vote, float_rounding=args.float_rounding)
-               for seed, path in seeds.items()}
+    records = {seed: load_results(path) for seed, path in seeds.items()}
+    results = {seed: evaluate(rs, args.agg, args.vote, float_rounding=args.float_rounding)
+               for seed, rs in records.items()}
     accuracies = [r["accuracy"] for r in results.values()]
     mean = statistics.fmean(accuracies)
     sd = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
+    if args.by is not None:
+        from ets.app.by_field import accuracy_by, seeds_table
+
+        for seed, rs in records.items():
+            results[seed]["by"] = {args.by: accuracy_by(rs, args.by, args.agg, args.vote,
+                                                        float_rounding=args.float_rounding)}
     if args.json:
         print(json.dumps({"seeds": results, "accuracy_mean": mean, "accuracy_sd": sd}))
         return 0
@@ -276,6 +294,8 @@ def _eval_seeds(args: argparse.Namespace, seeds: dict[str, str]) -> int:
         print(f"seed {seed}: accuracy {r['accuracy']:.4f} ({r['correct']}/{r['problems']})")
     print(f"accuracy {mean:.4f} ± {sd:.4f} (mean ± sd over {plural(len(results), 'seed')}) agg={args.agg} "
           f"vote={args.vote}")
+    if args.by is not None:
+        print("\n".join(seeds_table(args.by, {seed: r["by"][args.by] for seed, r in results.items()})))
     return 0
 
 
@@ -504,6 +524,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vote", default=None, choices=VOTES, help="how the answer is chosen (default: weighted; not "
                                                               "with --at-n, which shows all three)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--by", default=None, metavar="NAME",
+                   help="also the accuracy of each group of problems sharing a value of their data field NAME "
+                        "(the records' fields: MATH500's level or subject)")
     p.add_argument("--at-n", action="store_true",
                    help="accuracy with n = 1, 2, 4, ... of each problem's W trajectories (and W), drawn without "
                         "replacement: the naive (best-scored), weighted and majority choices; a table and a plot")

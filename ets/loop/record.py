@@ -75,6 +75,7 @@ def result_record(
         "id": problem.id,
         "question": problem.question,
         "ground_truth": problem.answer,
+        **({"fields": problem.fields} if problem.fields else {}),
         "method": config.method,
         "width": config.width,
         "aggregation": config.aggregation,
