@@ -18,6 +18,9 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,3 +154,28 @@ def test_the_driver_prefetches_what_workers_on_its_machine_load(cluster, tmp_pat
     out = tmp_path / "ets" / "results.jsonl"
     run(config(data, out, "method=ets", "data.limit=2"), show_progress=False, workers=2)
     assert calls == ["all-MiniLM-L6-v2"] and len(ids(out)) == 2
+
+
+def test_sigterm_stops_a_run_on_workers_as_it_stops_one_without(tmp_path):
+    """Ray puts a SIGTERM handler of its own in place (exit 1, no cleanup); the run still
+    unwinds as on Ctrl-C: the one-line message and 143, Ray shut down."""
+    from test_provenance import SLOW_REWARD
+
+    (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
+    out, scoring = tmp_path / "r.jsonl", tmp_path / "scoring"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    run = subprocess.Popen([sys.executable, "-m", "ets", "run", "--quiet", "--config", str(TINY), f"output={out}",
+                            "data.limit=2", "reward.name=slow_reward:slow", "--workers", "2"], cwd=tmp_path,
+                           env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1800):  # a worker's first reward call: Ray and the workers are up
+            if scoring.exists() or run.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert scoring.exists(), run.stderr.read() if run.poll() is not None else "no reward call"
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(90) == 143
+    finally:
+        run.kill()
+    err = run.stderr.read()
+    assert "ets: interrupted; finished problems are saved" in err and "SIGTERM received" not in err

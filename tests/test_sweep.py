@@ -39,6 +39,18 @@ def test_sweep_writes_every_pair_and_resumes(tmp_path, capsys):
     assert len(all_ids) == 2 and sorted(ids) == all_ids and pair.read_text().startswith(kept)
     assert (out / "beam_w2.jsonl").read_text() == untouched
     assert len(list(csv.DictReader((out / "table.csv").open()))) == 4
+    # The resumed pair's wall time, throughput and live KV describe its one problem searched
+    # again, not both: marked, and said under the table; the others are not
+    table = (out / "table.md").read_text()
+    resumed = next(line for line in table.splitlines() if line.startswith("| rebase | 3 |"))
+    others = [line for line in table.splitlines() if line.startswith("| ") and line != resumed]
+    from ets.app.report import COLUMNS, MEASURED
+
+    cells = dict(zip([key for key, _, _ in COLUMNS], resumed.strip("| ").split(" | ")))
+    assert all(cells[k] == "n/a" or cells[k].endswith("*") for k in MEASURED) and cells["tokens_per_s"].endswith("*")
+    assert sum(c.endswith("*") for c in cells.values()) == sum(cells[k] != "n/a" for k in MEASURED)
+    assert not any("*" in line for line in others)
+    assert "* measured over the problems the run searched after it was resumed" in table
 
 
 @pytest.mark.parametrize("flag, value, words", [("--widths", "16,0", ">= 1"), ("--methods", "beam,mcts", "mcts")])

@@ -640,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
         usage_error(f"ets {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
     args.quiet = getattr(args, "quiet", False)
     configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command not in ("eval", "compare", "diagnose", "presets"))
-    from ets.app.stopping import EXIT_CODE, Terminated, stop_on_sigterm
+    from ets.app.stopping import EXIT_CODE, Terminated, stop_on_sigterm, terminated
 
     stop_on_sigterm()
     try:
@@ -650,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as stop:
         print("ets: interrupted; finished problems are saved, rerun the same command to resume", file=sys.stderr)
-        return EXIT_CODE if isinstance(stop, Terminated) else 130
+        return EXIT_CODE if isinstance(stop, Terminated) or terminated() else 130
     except BrokenPipeError:  # `ets presets | head`: the reader has what it wanted
         # stdout to /dev/null, so that Python's flush at exit finds no pipe to fail on again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

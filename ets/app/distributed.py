@@ -48,6 +48,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
+import threading
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -89,11 +91,18 @@ def ray_session(address: str | None, *, num_cpus: int | None = None, quiet: bool
                                   logging_level=logging.ERROR if quiet else logging.WARNING)
     if address is None:
         kwargs["num_cpus"] = num_cpus
+    # ray.init puts a SIGTERM handler of its own in place (it exits with 1, no finally run):
+    # SIGTERM stops the command as it would without Ray (ets/app/stopping.py), and the
+    # block's end shuts Ray down
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(address=address, **kwargs)
     except ConnectionError as exc:
         raise ConfigError(f"--ray-address {address!r}: {exc}; start a cluster with `ray start --head` "
                           "or leave --ray-address out to run a local Ray") from None
+    finally:
+        if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
+            signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield ray
     finally:

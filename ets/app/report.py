@@ -40,6 +40,27 @@ COLUMNS = (
 )
 
 
+# The columns measured while a run searched, not read from its records: a resumed run's
+# describe the problems it searched after resuming alone, and are marked so (`PART_MARK`).
+MEASURED = ("peak_kv_tokens", "mean_kv_tokens", "wall_time", "problems_per_s", "tokens_per_s", "mean_active")
+PART_MARK = "*"
+
+
+def partly_measured(row: dict[str, Any]) -> bool:
+    """Whether the row's MEASURED figures cover fewer problems than its records (a run
+    resumed after an interruption or a larger data.limit; over seeds, in any seed)."""
+    measured = row.get("measured_problems_min", row.get("measured_problems"))
+    return isinstance(measured, (int, float)) and 0 < measured < row.get("problems", 0)
+
+
+def part_note(rows: Sequence[dict[str, Any]]) -> str | None:
+    """The note under a table with marked cells, else None."""
+    if not any(partly_measured(r) for r in rows):
+        return None
+    return (f"{PART_MARK} measured over the problems the run searched after it was resumed, not all of them: "
+            "wall time, throughput, live KV and searches in flight (rerun with --overwrite to measure them all).")
+
+
 def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
     """The value as the column formats it; over several seeds `mean ± sd` (the sd of a
     percentage in points, e.g. `66.0% ± 3.1`)."""
@@ -48,9 +69,9 @@ def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
         return "n/a"
     sd = row.get(f"{key}_sd") if row.get("seeds", 1) > 1 else None
     text = _format(value, fmt)
-    if sd is None:
-        return text
-    return f"{text} ± {100 * sd:.1f}" if fmt.endswith("%}") else f"{text} ± {_format(sd, fmt)}"
+    if sd is not None:
+        text = f"{text} ± {100 * sd:.1f}" if fmt.endswith("%}") else f"{text} ± {_format(sd, fmt)}"
+    return text + PART_MARK if key in MEASURED and partly_measured(row) else text
 
 
 def _format(value: Any, fmt: str) -> str:
@@ -73,6 +94,8 @@ def markdown_table(rows: Sequence[dict[str, Any]], caption: bool = True) -> str:
     if caption and len(seeds) > 1:
         lines += ["", f"Each cell: mean ± sample standard deviation over {len(seeds)} seeds ({', '.join(seeds)}); "
                       "accuracy's ± in points. Min and max per column in table.csv, per-seed rows in table_runs.csv."]
+    if caption and (note := part_note(rows)):
+        lines += ["", note]
     return "\n".join(lines)
 
 

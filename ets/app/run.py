@@ -310,6 +310,9 @@ def summarize(records: list[dict[str, Any]], new_records: list[dict[str, Any]], 
         "kv_size_ref_per_problem": ref_sum / n if ref_sum is not None else None,
         "generated_tokens": sum(r["generated_tokens"] for r in records),
         "new_problems": len(new_records),
+        # what the wall time, throughput, live KV and searches in flight were measured over:
+        # a resumed run's, the problems it searched after resuming (`partly_measured`)
+        "measured_problems": len(new_records),
         # Unknown (None, printed n/a) when nothing was timed, e.g. a lost summary rebuilt.
         "wall_time": round(elapsed, 3) if measured else None,
         "problems_per_s": len(new_records) / elapsed if measured else None,

@@ -39,6 +39,12 @@ def _raise_terminated(signum, frame) -> None:
     raise Terminated()
 
 
+def terminated() -> bool:
+    """Whether SIGTERM has asked this process to stop: a library that catches the stop and
+    raises a KeyboardInterrupt of its own (Ray's `ray.get` does) loses `Terminated`'s type."""
+    return _stopping.is_set()
+
+
 def stop_on_sigterm() -> None:
     """SIGTERM raises `Terminated` in this process's main thread (where signals go; from
     another thread this does nothing)."""

@@ -240,7 +240,7 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
 
     from tqdm import tqdm
 
-    from ets.app.stopping import Terminated
+    from ets.app.stopping import Terminated, terminated
 
     if not configs:
         return []
@@ -263,9 +263,14 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
                 if bar is not None:
                     bar.update(1)
         except BaseException as stop:
-            for f in futures:
-                f.cancel()
-            if isinstance(stop, Terminated):  # (Ctrl-C reaches the workers itself; SIGTERM only this process)
+            # (Ctrl-C reaches the workers itself; SIGTERM only this process)
+            if not (isinstance(stop, Terminated) or terminated()):
+                for f in futures:
+                    f.cancel()
+            else:
+                # The workers ended here; the pool then fails the futures left as it breaks
+                # (cancelling them first races that: Python 3.11's pool raises
+                # InvalidStateError on a cancelled one, a traceback from its thread)
                 workers = multiprocessing.active_children()
                 for worker in workers:
                     worker.terminate()  # each stops its run as on Ctrl-C, then ends (_job)

@@ -98,10 +98,16 @@ def narrow_table(rows: Sequence[dict[str, Any]]) -> list[str]:
         note += "; peak KV: the engine's measured live tokens"
     if seeds > 1:
         note += f"; mean ± sd over {plural(seeds, 'seed')}, accuracy's ± in points"
-    return table + wrap(note + ". Every column: --wide, table.md, table.csv.", indent="")
+    from ets.app.report import part_note
+
+    part = part_note(rows)
+    return table + wrap(note + ". Every column: --wide, table.md, table.csv." + (f" {part}" if part else ""),
+                        indent="")
 
 
 def _cell(row: dict[str, Any], key: str, kind: str) -> str:
+    from ets.app.report import MEASURED, PART_MARK, partly_measured
+
     value = row.get(key)
     if kind == "text":
         return "n/a" if value is None else str(value)
@@ -110,7 +116,8 @@ def _cell(row: dict[str, Any], key: str, kind: str) -> str:
     sd = row.get(f"{key}_sd") if row.get("seeds", 1) > 1 else None
     if kind == "percent":
         return f"{100 * value:.1f}%" + ("" if sd is None else f" ± {100 * sd:.1f}")
-    return compact(value) + ("" if sd is None else f" ± {compact(sd, 2)}")  # a spread needs no third digit
+    mark = PART_MARK if key in MEASURED and partly_measured(row) else ""
+    return compact(value) + ("" if sd is None else f" ± {compact(sd, 2)}") + mark  # a spread needs no third digit
 
 
 # The paper's comparisons, per width: (the method, against which, as the line names them).
