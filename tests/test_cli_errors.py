@@ -52,9 +52,13 @@ def test_a_problem_twice_in_the_results_is_corruption(finished, capsys):
     assert "lines 1 and 4 both hold problem" in msg
 
 
-def test_a_torn_last_line_is_dropped_and_recomputed(finished):
+def test_a_torn_last_line_is_dropped_and_recomputed(finished, caplog):
     lines = finished.read_text().splitlines()
     finished.write_text("\n".join(lines[:2]) + "\n" + lines[2][:30])
+    # a reader counts the complete lines, and says one was left out
+    with caplog.at_level(logging.WARNING, logger="ets.app.jsonl"):
+        assert main(["eval", str(finished), "--json"]) == 0
+    assert "its last line is incomplete (a run still writing it, or one stopped mid-line)" in caplog.text
     assert run_cli(f"output={finished}", "data.limit=3") == 0
     assert [json.loads(l)["id"] for l in finished.read_text().splitlines()] == [json.loads(l)["id"] for l in lines]
 

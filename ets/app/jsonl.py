@@ -11,6 +11,7 @@ a file to resume, a record without an `id` or two records with one id.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -19,6 +20,8 @@ FIX = "delete that line (its problem is searched again on the next run) or pass 
 # takes no --overwrite, and may have been given some other file
 READ_FIX = ("is it the results of an `ets run`? If so it is corrupt: delete that line and rerun that run to search "
             "its problem again")
+
+log = logging.getLogger(__name__)
 
 
 class ResultsFileError(ValueError):
@@ -35,7 +38,11 @@ def numbered_records(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     path = Path(path)
     if not path.exists():
         return []
-    return list(parse_lines(path.read_bytes(), path, reader=True))
+    data = path.read_bytes()
+    if data.strip() and not data.endswith(b"\n") and data.rsplit(b"\n", 1)[-1].strip():
+        log.warning("%s: its last line is incomplete (a run still writing it, or one stopped mid-line); read "
+                    "without it", path)
+    return list(parse_lines(data, path, reader=True))
 
 
 def parse_lines(data: bytes, name: str | Path, reader: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
