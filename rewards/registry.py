@@ -125,12 +125,13 @@ def plugin_options(obj: Any, reward: RewardConfig) -> dict[str, Any]:
 
 
 def _takes_keyword(fn: Any, key: str) -> bool:
+    """Whether `fn` names the parameter `key` (a `**options` catch-all does not: a function
+    written for its options alone is not handed a model it never asked for)."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return True  # no signature to read: the call decides
-    return any(p.name == key and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.kind is p.VAR_KEYWORD
-               for p in params)
+        return False  # no signature to read
+    return any(p.name == key and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
 
 
 def check_reward_tokenizer(obj: Any, reward: RewardConfig, policy_model: str | None) -> str | None:
