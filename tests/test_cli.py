@@ -2,6 +2,7 @@
 one-line errors for bad input."""
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -127,3 +128,22 @@ def test_output_cut_short_by_its_reader_is_no_traceback():
     done = subprocess.run(["bash", "-c", f"{sys.executable} -m ets presets | head -1"], capture_output=True,
                           text=True, timeout=120)
     assert done.stdout.startswith("Presets by model name") and done.stderr == ""
+
+
+def test_eval_reads_a_run_with_its_own_vote_and_aggregation(tmp_path, capsys, caplog):
+    """A run made with vote=majority and aggregation=min: `ets eval` without flags grades as
+    its summary did; a flag given wins for its own key alone. `--at-n` on a tree search
+    says that its trajectories are no independent samples."""
+    out = tmp_path / "r.jsonl"
+    assert run_cli("data.limit=3", "width=4", "max_depth=2", "vote=majority", "aggregation=min",
+                   f"output={out}") == 0
+    summary = json.loads(out.with_name("r.summary.json").read_text())
+    capsys.readouterr()
+    assert main(["eval", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["aggregation"], result["vote"], result["accuracy"]) == ("min", "majority", summary["accuracy"])
+    assert main(["eval", str(out), "--vote", "best"]) == 0
+    assert "agg=min vote=best" in capsys.readouterr().out
+    with caplog.at_level(logging.WARNING, logger="ets.app.cli"):
+        assert main(["eval", str(out), "--at-n", "--plot", str(tmp_path / "at_n")]) == 0
+    assert "these are rebase's, grown from each other" in caplog.text

@@ -202,10 +202,17 @@ def test_one_runs_accuracy_interval_is_over_its_problems():
 
     low, high = accuracy_interval(outcomes("10" * 100))    # 200 problems, half right
     assert 0.42 < low < 0.5 < high < 0.58                   # about +-1.96 * sqrt(0.25 / 200)
-    assert accuracy_interval(outcomes("111")) == (1.0, 1.0)
-    # over seeds, each problem counts once, as its share of right answers (1 and 0.5 here):
-    # resamples of two problems have means 0.5, 0.75 or 1
-    assert accuracy_interval([outcomes("10"), outcomes("11")]) == (0.5, 1.0)
+    # a few problems all right or all wrong: Wilson's interval, wide, never of zero width
+    assert accuracy_interval(outcomes("111"))[0] < 0.5 and accuracy_interval(outcomes("111"))[1] == 1.0
+    low, high = accuracy_interval(outcomes("0000"))
+    assert low == 0.0 and 0.45 < high < 0.5
+    # over seeds, the problems and each problem's seeds are drawn: seeds of 2 and 5 of 6
+    # right span both (each problem's share alone, 0.5 or so, gave 0.5 to 0.75)
+    low, high = accuracy_interval([outcomes("110000"), outcomes("011111")])
+    assert low <= 2 / 6 and high >= 5 / 6
+    # every problem right in two of three seeds: the seeds' spread alone makes it wide
+    low, high = accuracy_interval([outcomes("10" * 50), outcomes("01" * 50), outcomes("11" * 50)])
+    assert low < 0.62 and high > 0.71
 
 
 def test_plots_show_the_accuracys_interval_over_problems(tmp_path):
@@ -220,7 +227,7 @@ def test_plots_show_the_accuracys_interval_over_problems(tmp_path):
     assert below[1] < below[0]                               # 25% right varies less than 50%
     assert error_bars(rows, "kv_size_per_problem") is None   # one seed: no spread to show there
     title = plot_title(load_config(TINY), rows)
-    assert "error bars: accuracy's 95% interval over the problems (bootstrap)" in title.splitlines()
+    assert "error bars: accuracy's 95% interval over the problems (Wilson)" in title.splitlines()
     assert [p.name for p in plot_methods(rows, tmp_path / "m.png", title)] == ["m.png", "m.pdf"]
     assert (tmp_path / "m.png").stat().st_size > 10_000 and (tmp_path / "m.pdf").read_bytes()[:4] == b"%PDF"
     # several seeds that know their problems: still the interval over the problems (each

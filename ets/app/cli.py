@@ -49,6 +49,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from ets import __version__
 from ets.config import AGGREGATIONS, VOTES, ConfigError
 
+log = logging.getLogger(__name__)
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 AT_N_DRAWS = 5  # `ets eval --at-n`: draws of each n unless --at-n-seeds says
 
@@ -239,10 +241,10 @@ def _eval(args: argparse.Namespace) -> int:
         from ets.app.evaluate import EvalError
 
         raise EvalError("--by is not an option of --at-n; run `ets eval --by` on its own")
-    args.vote = args.vote or "weighted"
     if len(args.files) == 1 and (seeds := seed_files(args.files[0])):
         return _eval_seeds(args, seeds)
     run = load_merged(args.files)
+    _recorded_choice(args, run.records)
     if args.at_n:
         return _at_n(args, run)
     result = evaluate(run.records, args.agg, args.vote, float_rounding=args.float_rounding)
@@ -276,6 +278,7 @@ def _eval_seeds(args: argparse.Namespace, seeds: dict[str, str]) -> int:
     if args.at_n:
         raise EvalError(f"--at-n reads one run: pass one seed's file, e.g. {next(iter(seeds.values()))}")
     records = {seed: load_results(path) for seed, path in seeds.items()}
+    _recorded_choice(args, [r for rs in records.values() for r in rs])
     results = {seed: evaluate(rs, args.agg, args.vote, float_rounding=args.float_rounding)
                for seed, rs in records.items()}
     accuracies = [r["accuracy"] for r in results.values()]
@@ -299,6 +302,16 @@ def _eval_seeds(args: argparse.Namespace, seeds: dict[str, str]) -> int:
     return 0
 
 
+def _recorded_choice(args: argparse.Namespace, records: list[dict]) -> None:
+    """`--agg` and `--vote` not given: the run's own (its records', where they agree), so
+    that `ets eval` reads what the run's summary and tables read; else `last` / `weighted`
+    (the ETS code's answers.json records neither)."""
+    for key, flag, default in (("aggregation", "agg", "last"), ("vote", "vote", "weighted")):
+        if getattr(args, flag) is None:
+            recorded = {r.get(key) for r in records}
+            setattr(args, flag, recorded.pop() if len(recorded) == 1 and None not in recorded else default)
+
+
 def _at_n(args: argparse.Namespace, run) -> int:
     from ets.app.at_n import accuracy_at_n, at_n_table
     from ets.app.at_n_plot import at_n_title, plot_at_n, plot_paths
@@ -311,6 +324,10 @@ def _at_n(args: argparse.Namespace, run) -> int:
                                 float_rounding=args.float_rounding)
     except ValueError as exc:
         raise EvalError(f"{' '.join(run.files)}: {exc}") from None
+    if methods := sorted({r["method"] for r in run.records if r.get("method") not in (None, "best_of_n")}):
+        log.warning("--at-n reads each problem's trajectories as independent samples, which best-of-N's are; "
+                    "these are %s's, grown from each other, so a subset of n is no search of width n",
+                    "/".join(methods))
     paths = plot_paths(args.plot, run.files[0])
     plot_at_n(figures, paths, at_n_title(figures, run.made, run.records, len(run.files)))
     if len(run.files) > 1:
@@ -520,9 +537,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "merged (a problem in two files, or twice in one, and files of different configs are refused); "
                         "a sweep's run named without its seed (runs/s/rebase_w64): each seed's accuracy, and their "
                         "mean and sd")
-    p.add_argument("--agg", default="last", choices=AGGREGATIONS, help="step-score aggregation")
-    p.add_argument("--vote", default=None, choices=VOTES, help="how the answer is chosen (default: weighted; not "
-                                                              "with --at-n, which shows all three)")
+    p.add_argument("--agg", default=None, choices=AGGREGATIONS, help="step-score aggregation (default: the "
+                                                                     "run's own, else last)")
+    p.add_argument("--vote", default=None, choices=VOTES, help="how the answer is chosen (default: the run's own, "
+                                                              "else weighted; not with --at-n, which shows all three)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--by", default=None, metavar="NAME",
                    help="also the accuracy of each group of problems sharing a value of their data field NAME "

@@ -78,10 +78,47 @@ def paired_difference(a, b, confidence: float = CONFIDENCE, resamples: int = RES
 
 def accuracy_interval(outcomes, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
                       seed: int = 0) -> tuple[float, float]:
-    """The bootstrap interval of one run's accuracy (a fraction) over its problems, each
-    problem its share of right answers over the seeds (`outcomes` as `paired_difference`
-    takes them): how far another draw of as many problems could move it."""
-    return _interval(np.array(list(_shares(outcomes).values())), confidence, resamples, seed)
+    """The interval of one run's accuracy (a fraction; `outcomes` as `paired_difference`
+    takes them): how far another draw of as many problems, and of its seeds, could move it.
+
+    One seed: Wilson's score interval of the count right, which a handful of problems all
+    right or all wrong leaves wide (0 of 4: 0 to 49%), not of zero width as a bootstrap
+    would. Several: a percentile bootstrap that draws the problems and, within each
+    problem, its seeds, so that the seeds' spread widens it too (a bootstrap of each
+    problem's share over the seeds alone leaves that out); Wilson's over the problems
+    where every outcome is alike."""
+    per_problem = _by_problem(outcomes)
+    shares = np.array([np.mean(oks) for oks in per_problem.values()])
+    seeds = max(len(oks) for oks in per_problem.values())
+    if seeds == 1 or np.all(shares == shares[0]) and shares[0] in (0.0, 1.0):
+        return _wilson(float(shares.sum()), len(shares), confidence)
+    # outcomes [problems, seeds], padded; each problem's seeds drawn among its own
+    counts = np.array([len(oks) for oks in per_problem.values()])
+    table = np.zeros((len(counts), seeds))
+    for i, oks in enumerate(per_problem.values()):
+        table[i, :len(oks)] = oks
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    for start in range(0, resamples, 1000):  # in blocks: resamples x problems x seeds draws
+        n = min(1000, resamples - start)
+        problems = rng.integers(0, len(counts), size=(n, len(counts)))
+        draws = (rng.random((n, len(counts), seeds)) * counts[problems][..., None]).astype(np.int64)
+        means[start:start + n] = table[problems[..., None], draws].mean(axis=(1, 2))
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def _wilson(right: float, n: int, confidence: float) -> tuple[float, float]:
+    """Wilson's score interval of a proportion right / n."""
+    from scipy.stats import norm
+
+    z = float(norm.ppf(1 - (1 - confidence) / 2))
+    p = right / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    # (at 0 or n right, a bound is 0 or 1 exactly: its formula leaves rounding there)
+    low = 0.0 if right <= 0 else max(0.0, float(centre - half))
+    return low, 1.0 if right >= n else min(1.0, float(centre + half))
 
 
 def _interval(values: np.ndarray, confidence: float, resamples: int, seed: int) -> tuple[float, float]:
@@ -106,12 +143,17 @@ def _sign_test(a_better: int, b_better: int) -> float:
 
 def _shares(runs) -> dict[str, float]:
     """problem id -> share of the runs (seeds) that searched it and got it right."""
+    return {p: sum(oks) / len(oks) for p, oks in _by_problem(runs).items()}
+
+
+def _by_problem(runs) -> dict[str, list[bool]]:
+    """problem id -> its outcome in each run (seed) that searched it."""
     runs = [runs] if isinstance(runs, Mapping) else list(runs)
     right: dict[str, list[bool]] = {}
     for run in runs:
         for problem, ok in run.items():
             right.setdefault(problem, []).append(bool(ok))
-    return {p: sum(oks) / len(oks) for p, oks in right.items()}
+    return right
 
 
 class Comparison(NamedTuple):

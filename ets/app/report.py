@@ -8,8 +8,9 @@ one); the CSV has every column; the plots (PNG and PDF) are for people who would
 look than read. Rows that are means over seeds (ets/app/sweep.py `aggregate_seeds`:
 `seeds` > 1, `<key>_sd` beside each mean) print as `mean ± sd`.
 
-Error bars: the accuracy's 95% interval over the problems (bootstrap, ets/app/paired.py)
-wherever the rows know each problem's outcome, over one seed or several; otherwise (rows
+Error bars: the accuracy's 95% interval (ets/app/paired.py `accuracy_interval`: Wilson's over
+the problems for one seed; over several, a bootstrap that draws the problems and each
+problem's seeds) wherever the rows know each problem's outcome; otherwise (rows
 read back from a table.csv of old) one sd over the seeds. Other figures: one sd over the
 seeds. No bar reaches below 0, nor an accuracy above 100%.
 """
@@ -246,8 +247,8 @@ def error_bars_text(rows: Sequence[dict[str, Any]]) -> str:
     """What the plots' error bars are, for a title; "" when they show none."""
     several = any(r.get("seeds", 1) > 1 for r in rows)
     if rows and None not in [accuracy_bounds(r) for r in rows]:
-        return ("error bars: accuracy's 95% interval over the problems (bootstrap)"
-                + ("; others ± 1 sd over seeds" if several else ""))
+        return ("error bars: accuracy's 95% interval over the problems and seeds (bootstrap); others ± 1 sd "
+                "over seeds" if several else "error bars: accuracy's 95% interval over the problems (Wilson)")
     return "error bars: ± 1 sd over seeds" if several else ""
 
 
