@@ -38,6 +38,9 @@ def test_methods_sit_side_by_side_against_width():
     factors = [dodge_factor(i, 5) for i in range(5)]
     assert factors == sorted(set(factors)) and abs(factors[2] - 1) < 1e-12      # distinct, centred on the width
     assert 2 ** 0.3 < factors[-1] / factors[0] < 2 ** 0.34                      # a third of a doubling in all
+    # on an axis of one doubling (widths 4 and 8), a quarter as far: near their widths still
+    narrow = [dodge_factor(i, 5, span=1.0) for i in range(5)]
+    assert abs(narrow[-1] / narrow[0] - (factors[-1] / factors[0]) ** 0.25) < 1e-12
 
 
 def test_point_labels_keep_clear_of_each_other():

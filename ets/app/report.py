@@ -18,6 +18,7 @@ seeds. No bar reaches below 0, nor an accuracy above 100%.
 from __future__ import annotations
 
 import csv
+import math
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -167,9 +168,13 @@ def accuracy_bounds(row: dict[str, Any]) -> tuple[float, float] | None:
     return None
 
 
-# Names the plots give methods, and a colour each keeps in every figure.
+# Names the plots give methods, and a colour and a marker each keeps in every figure: the
+# paper's comparison, REBASE against ETS, in blue and red (told apart without red-green
+# vision too), and a marker each, so that a greyscale print tells every method apart.
 METHOD_LABELS = {"best_of_n": "best-of-N", "beam": "beam", "dvts": "DVTS", "rebase": "REBASE", "ets": "ETS"}
-_METHOD_COLOURS = {"best_of_n": "C0", "beam": "C1", "dvts": "C4", "rebase": "C2", "ets": "C3"}
+_METHOD_COLOURS = {"best_of_n": "C2", "beam": "C1", "dvts": "C4", "rebase": "C0", "ets": "C3"}
+_METHOD_MARKERS = {"best_of_n": "s", "beam": "^", "dvts": "v", "rebase": "o", "ets": "D"}
+_OTHER_MARKERS = ("P", "X", "*", "h", "<", ">")
 # A checkpoint folder's own name says little ("checkpoint-500"): its parent's goes with it.
 _GENERIC_FOLDER = re.compile(r"(checkpoint|step|epoch|global_step|iter)[-_]?\d+|final|best|last|latest|model|hf",
                              re.IGNORECASE)
@@ -183,6 +188,12 @@ def method_colours(methods: Sequence[str]) -> dict[str, str]:
     """The built-in methods their own colours; others the next free ones, in order."""
     free = iter(f"C{i}" for i in range(5, 100))
     return {m: _METHOD_COLOURS.get(m) or next(free) for m in methods}
+
+
+def method_markers(methods: Sequence[str]) -> dict[str, str]:
+    """The built-in methods their own markers; others the next free ones, in order (then again)."""
+    free = iter(_OTHER_MARKERS * 20)
+    return {m: _METHOD_MARKERS.get(m) or next(free) for m in methods}
 
 
 def _demo_names() -> dict[Path, str]:
@@ -413,11 +424,14 @@ def plot_methods(rows: Sequence[dict[str, Any]], path: str | Path, title: str = 
         plt.close(fig)
 
 
-def dodge_factor(index: int, count: int) -> float:
+def dodge_factor(index: int, count: int, span: float = 4.0) -> float:
     """Where the `index`-th of `count` methods sits against a width on a log2 axis, as a
-    factor of the width: 0.08 doublings apart, centred on it (5 methods span a third of a
-    doubling), so that two methods of equal figures show side by side, not one over the other."""
-    return 2 ** (0.08 * (index - (count - 1) / 2))
+    factor of the width, centred on it, so that two methods of equal accuracy show side by
+    side, not one over the other: 0.08 doublings apart on an axis of `span` >= 4 doublings
+    (5 methods span a third of one), less on a shorter axis (on one of a single doubling,
+    a quarter as far), where the same offsets would move points well off their width."""
+    step = 0.08 * min(1.0, max(span, 1.0) / 4)
+    return 2 ** (step * (index - (count - 1) / 2))
 
 
 def plot_sweep(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "") -> list[Path]:
@@ -428,8 +442,9 @@ def plot_sweep(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "")
     plt = pyplot()
     out = Path(out)
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    colours = method_colours(methods)
+    colours, markers = method_colours(methods), method_markers(methods)
     widths = sorted({r["width"] for r in rows})
+    span = math.log2(widths[-1] / widths[0]) if widths and widths[0] > 0 else 0.0
     width_label = "search width W (log scale)"
     figures = (
         ("accuracy_vs_width", "accuracy vs width", "width", ("accuracy",), "accuracy (%)", width_label),
@@ -443,10 +458,11 @@ def plot_sweep(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "")
     scale = {"accuracy": 100.0}
     paths = []
     for name, what, xkey, ykeys, ylabel, xlabel in figures:
-        fig, ax = plt.subplots(figsize=(7, 5))
+        fig, ax = plt.subplots(figsize=(8, 5))
         labels: list[tuple[float, float, str, str]] = []
         for i, m in enumerate(methods):
-            dodge = dodge_factor(i, len(methods)) if xkey == "width" else 1.0
+            # (accuracy alone: the other figures' methods seldom meet, and sit on their widths)
+            dodge = dodge_factor(i, len(methods), span) if name == "accuracy_vs_width" else 1.0
             for ykey, style in zip(ykeys, ("-", "--")):
                 ms = sorted((r for r in rows
                              if r["method"] == m and r.get(xkey) is not None and r.get(ykey) is not None),
@@ -457,7 +473,7 @@ def plot_sweep(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "")
                 ys = [r[ykey] * scale.get(ykey, 1.0) for r in ms]
                 xerr = error_bars(ms, xkey) if xkey != "width" else None
                 label = method_label(m) if style == "-" else None  # the title says what dashes are
-                ax.errorbar(xs, ys, yerr=error_bars(ms, ykey, scale.get(ykey, 1.0)), xerr=xerr, marker="o",
+                ax.errorbar(xs, ys, yerr=error_bars(ms, ykey, scale.get(ykey, 1.0)), xerr=xerr, marker=markers[m],
                             markersize=5, linestyle=style, color=colours[m], capsize=3, label=label)
                 if xkey != "width":
                     labels += [(x, y, f"W={r['width']}", colours[m]) for x, y, r in zip(xs, ys, ms)]
@@ -473,7 +489,8 @@ def plot_sweep(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "")
         ax.set_ylabel(ylabel)
         ax.set_title(what, fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        # beside the axes, not over a point or its error bar
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
         if title:
             fig.suptitle(title, fontsize=9)
         fig.tight_layout()
