@@ -100,9 +100,9 @@ def demo_jobs() -> int:
 
 
 def demo_title(rows: Sequence[dict[str, Any]], width: int, seeds: Sequence[int] | None = None, jobs: int = 1) -> str:
-    """The lines above the demo's table: problems, width, seeds, and how many runs shared
-    the CPU, e.g. `ets demo: 50 problems, width 16, 3 seeds (0, 1, 2): mean ± sd over seeds`
-    and `2 runs at a time: throughput is of runs sharing the CPU (--jobs 1 for runs alone)`."""
+    """The line above the demo's table: problems, width, seeds, and how many runs at a time
+    (the table marks what they shared), e.g. `ets demo: 50 problems, width 16, 3 seeds (0, 1,
+    2): mean ± sd over seeds; 2 runs at a time`."""
     from ets.app.terminal import plural
 
     counts = sorted({r["problems"] for r in rows if r.get("problems") is not None})
@@ -110,8 +110,7 @@ def demo_title(rows: Sequence[dict[str, Any]], width: int, seeds: Sequence[int] 
         else f"{counts[0]}-{counts[-1]} problems"
     seeds = list(seeds) if seeds is not None else [demo_config().search.seed]
     spread = ": mean ± sd over seeds" if len(seeds) > 1 else ""
-    shared = f"\n{jobs} runs at a time: throughput is of runs sharing the CPU (--jobs 1 for runs alone)" \
-        if jobs > 1 else ""
+    shared = f"; {jobs} runs at a time" if jobs > 1 else ""
     return (f"ets demo: {problems}, width {width}, {plural(len(seeds), 'seed')} "
             f"({', '.join(map(str, seeds))}){spread}{shared}")
 

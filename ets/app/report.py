@@ -55,6 +55,33 @@ def partly_measured(row: dict[str, Any]) -> bool:
     return isinstance(measured, (int, float)) and 0 < measured < row.get("problems", 0)
 
 
+# The columns timed on the wall clock: a run that shared the machine with others (`ets sweep
+# --jobs`, `ets demo`'s default) was timed on a shared machine, and is marked so.
+TIMED = ("wall_time", "problems_per_s", "tokens_per_s")
+SHARED_MARK = "†"
+
+
+def shared_machine(row: dict[str, Any]) -> int:
+    """The most runs that shared the machine while the row's run(s) searched (1: alone)."""
+    shared = row.get("runs_at_a_time_max", row.get("runs_at_a_time"))
+    return int(shared) if isinstance(shared, (int, float)) and shared > 1 else 1
+
+
+def shared_note(rows: Sequence[dict[str, Any]]) -> str | None:
+    """The note under a table with cells timed on a shared machine, else None."""
+    most = max((shared_machine(r) for r in rows), default=1)
+    if most == 1:
+        return None
+    return (f"{SHARED_MARK} timed with up to {most} runs at a time sharing the machine: a run's throughput depends on "
+            "what ran beside it; compare it across methods from runs made one at a time (--jobs 1).")
+
+
+def marks(row: dict[str, Any], key: str) -> str:
+    """What a cell of `key` carries after its value: `*` partly measured, `†` timed shared."""
+    return ((PART_MARK if key in MEASURED and partly_measured(row) else "")
+            + (SHARED_MARK if key in TIMED and shared_machine(row) > 1 else ""))
+
+
 def part_note(rows: Sequence[dict[str, Any]]) -> str | None:
     """The note under a table with marked cells, else None."""
     if not any(partly_measured(r) for r in rows):
@@ -73,7 +100,7 @@ def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
     text = _format(value, fmt)
     if sd is not None:
         text = f"{text} ± {100 * sd:.1f}" if fmt.endswith("%}") else f"{text} ± {_format(sd, fmt)}"
-    return text + PART_MARK if key in MEASURED and partly_measured(row) else text
+    return text + marks(row, key)
 
 
 def _format(value: Any, fmt: str) -> str:
@@ -96,8 +123,9 @@ def markdown_table(rows: Sequence[dict[str, Any]], caption: bool = True) -> str:
     if caption and len(seeds) > 1:
         lines += ["", f"Each cell: mean ± sample standard deviation over {len(seeds)} seeds ({', '.join(seeds)}); "
                       "accuracy's ± in points. Min and max per column in table.csv, per-seed rows in table_runs.csv."]
-    if caption and (note := part_note(rows)):
-        lines += ["", note]
+    notes = [note for note in (part_note(rows), shared_note(rows)) if note]
+    if caption and notes:
+        lines += ["", *notes]
     return "\n".join(lines)
 
 
@@ -249,6 +277,9 @@ def plot_title(config, rows: Sequence[dict[str, Any]], prefix: str = "ets sweep"
     width_text = "" if not widths or "W=" in prefix else f", W={'/'.join(map(str, widths))}"
     task = task_label(config.data.path, config.data.hf_name, config.data.hf_split if config.data.hf_name else None)
     head = f"{prefix}: {task}, {problems}{width_text}, {plural(len(seeds), 'seed')} ({', '.join(seeds)})"
+    most = max((shared_machine(r) for r in rows), default=1)
+    if most > 1:  # what the throughput panels show, where the title says the run
+        head += f"; throughput timed with up to {most} runs at a time sharing the machine"
     lines = [head, models_line(config.policy.model, config.reward.name, config.reward.model)]
     bars = error_bars_text(rows)
     return "\n".join(lines + ([bars] if bars else []))

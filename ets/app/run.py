@@ -37,11 +37,14 @@ log = logging.getLogger(__name__)
 
 
 def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None = None, reward=None,
-        overwrite: bool = False, workers: int = 1, ray_address: str | None = None) -> dict[str, Any]:
+        overwrite: bool = False, workers: int = 1, ray_address: str | None = None,
+        runs_at_a_time: int = 1) -> dict[str, Any]:
     """Search the problems not yet in `config.output`. An output made by another config is
     refused (ets/app/output.py) unless `overwrite`, which starts it afresh. With
     `workers` > 1 or a `ray_address`, the problems are sharded over Ray actors, each
-    loading its own models (ets/app/distributed.py); this process still writes the output."""
+    loading its own models (ets/app/distributed.py); this process still writes the output.
+    `runs_at_a_time`: the runs sharing the machine with this one (`ets sweep --jobs`), said
+    in its summary: its wall time and throughput are then those of a shared machine."""
     if policy is None:  # a backend that cannot run here fails before anything is read or started
         check_backend(config.policy, local=ray_address is None)
     if reward is None:  # as do the reward's options
@@ -98,7 +101,8 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
             if note := constant_scores_note(new_records):
                 log.warning(note)
     return finish_summary(config.output, writer.records, bool(new_records), lambda records: with_embedding_cost({
-        **summarize(records, new_records, elapsed, policy, reward), **(run_stats._asdict() if run_stats else {})},
+        **summarize(records, new_records, elapsed, policy, reward), **(run_stats._asdict() if run_stats else {}),
+        **({"runs_at_a_time": runs_at_a_time} if runs_at_a_time > 1 else {})},
         config.search, new_records))
 
 

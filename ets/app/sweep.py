@@ -256,7 +256,7 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
     bar = tqdm(total=len(configs), unit="run", desc=f"{jobs} runs at a time") if show_progress else None
     with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                 initializer=_set_up_worker, initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(_job, c, overwrite) for c in configs]
+        futures = [pool.submit(_job, c, overwrite, jobs) for c in configs]
         try:
             for done in cf.as_completed(futures):
                 done.result()  # a job's error, raised here
@@ -329,13 +329,13 @@ def _set_up_worker(driver: int) -> None:
     threading.Thread(target=watch, name="ets-driver-watch", daemon=True).start()
 
 
-def _job(config: RunConfig, overwrite: bool = False) -> dict[str, Any]:
+def _job(config: RunConfig, overwrite: bool = False, runs_at_a_time: int = 1) -> dict[str, Any]:
     """One run of `run_in_jobs`, in its own process: its models, its search, its summary."""
     from ets.app.run import run
     from ets.app.stopping import EXIT_CODE, Terminated
 
     try:
-        return run(config, show_progress=False, overwrite=overwrite)
+        return run(config, show_progress=False, overwrite=overwrite, runs_at_a_time=runs_at_a_time)
     except Terminated:
         os._exit(EXIT_CODE)  # its output closed: this process ends, as its driver is stopping
     finally:

@@ -98,15 +98,14 @@ def narrow_table(rows: Sequence[dict[str, Any]]) -> list[str]:
         note += "; peak KV: the engine's measured live tokens"
     if seeds > 1:
         note += f"; mean ± sd over {plural(seeds, 'seed')}, accuracy's ± in points"
-    from ets.app.report import part_note
+    from ets.app.report import part_note, shared_note
 
-    part = part_note(rows)
-    return table + wrap(note + ". Every column: --wide, table.md, table.csv." + (f" {part}" if part else ""),
-                        indent="")
+    extra = "".join(f" {n}" for n in (part_note(rows), shared_note(rows)) if n)
+    return table + wrap(note + ". Every column: --wide, table.md, table.csv." + extra, indent="")
 
 
 def _cell(row: dict[str, Any], key: str, kind: str) -> str:
-    from ets.app.report import MEASURED, PART_MARK, partly_measured
+    from ets.app.report import marks
 
     value = row.get(key)
     if kind == "text":
@@ -116,8 +115,7 @@ def _cell(row: dict[str, Any], key: str, kind: str) -> str:
     sd = row.get(f"{key}_sd") if row.get("seeds", 1) > 1 else None
     if kind == "percent":
         return f"{100 * value:.1f}%" + ("" if sd is None else f" ± {100 * sd:.1f}")
-    mark = PART_MARK if key in MEASURED and partly_measured(row) else ""
-    return compact(value) + ("" if sd is None else f" ± {compact(sd, 2)}") + mark  # a spread needs no third digit
+    return compact(value) + ("" if sd is None else f" ± {compact(sd, 2)}") + marks(row, key)  # (a spread: 2 digits)
 
 
 # The paper's comparisons, per width: (the method, against which, as the line names them).
@@ -131,6 +129,7 @@ def comparison_table(rows: Sequence[dict[str, Any]]) -> list[str]:
     outcome: ets/app/paired.py), the KV size and the throughput as ratios. No lines when
     no width has a pair."""
     from ets.app.paired import p_text, paired_difference, size_change
+    from ets.app.report import SHARED_MARK, shared_machine
 
     by = {(r["method"], r["width"]): r for r in rows}
     body, seeds = [], 1
@@ -148,7 +147,9 @@ def comparison_table(rows: Sequence[dict[str, Any]]) -> list[str]:
             speed = a.get("problems_per_s"), b.get("problems_per_s")
             body.append([f"W={width}: {name}", accuracy[0],
                          size_change(b.get("kv_size_per_problem"), a.get("kv_size_per_problem")),
-                         f"{speed[0] / speed[1]:.2f}x" if None not in speed and speed[1] else "n/a", accuracy[1]])
+                         f"{speed[0] / speed[1]:.2f}x" + (SHARED_MARK if max(shared_machine(a), shared_machine(b)) > 1
+                                                           else "")
+                         if None not in speed and speed[1] else "n/a", accuracy[1]])
     if not body:
         return []
     paired = any(line[-1] is not None for line in body)
