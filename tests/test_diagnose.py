@@ -97,8 +97,9 @@ def test_ets_diagnose_pools_a_sweeps_seed_files_into_one_column(tmp_path, capsys
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "| | rebase_w64 (seeds 0,1: 2/1 problems) | ets_w64 |"
     # each (problem, seed) search is one of the column's problems: P0 once, P1 twice
-    assert "| problems | 3 (2 seeds: searches) | 1 |" in lines
-    assert "| problems with a right trajectory | 1 (33.3%) | 0 (0.0%) |" in lines
+    # over seeds the rows count searches, each problem once per seed
+    assert "| searches (problem x seed) | 3 (2 seeds) | 1 |" in lines
+    assert "| searches (problem x seed) with a right trajectory | 1 (33.3%) | 0 (0.0%) |" in lines
     # two files of one name stay apart by their paths; a name that is neither file nor run: exit 2
     (tmp_path / "b").mkdir()
     other = tmp_path / "b" / "ets_w64.jsonl"

@@ -113,19 +113,22 @@ def diagnose_table(runs: Sequence[tuple[str, Mapping[str, float]]]) -> list[str]
         return f"| {label} | " + " | ".join(cell(d) for _, d in runs) + " |"
 
     k = runs[0][1]["prefix_steps"]
+    # over seeds each problem is searched once per seed: the rows count searches
+    unit = "searches (problem x seed)" if any(d.get("seeds", 1) > 1 for _, d in runs) else "problems"
     return [
         "| | " + " | ".join(name for name, _ in runs) + " |",
         "|---" * (len(runs) + 1) + "|",
-        row("problems", lambda d: f"{d['problems']}" + (f" ({d['seeds']} seeds: searches)" if d.get("seeds", 1) > 1 else "")
+        row(unit, lambda d: f"{d['problems']}" + (f" ({d['seeds']} seeds)" if d.get("seeds", 1) > 1 else "")
             + (f" (+{d['ungraded']} without a ground truth, left out)" if d.get("ungraded") else "")),
         row("accuracy (the run's vote)", lambda d: f"{d['accuracy']:.1%}"),
-        row("problems with a right trajectory", lambda d: f"{d['solved']} ({d['solved'] / d['problems']:.1%})"),
+        row(f"{unit} with a right trajectory", lambda d: f"{d['solved']} ({d['solved'] / d['problems']:.1%})"),
         row("... of those, the vote picks the right answer", lambda d: f"{d['vote_right_when_solved']:.1%}"),
         row("share of a problem's trajectories that are right (mean)", lambda d: f"{d['right_share']:.1%}"),
         row("share of its most common wrong answer (mean)", lambda d: f"{d['top_wrong_share']:.1%}"),
         row("... weighted by score: the right answer's share", lambda d: f"{d['right_weight_share']:.1%}"),
         row("... weighted by score: the leading wrong answer's", lambda d: f"{d['top_wrong_weight_share']:.1%}"),
-        row("problems where the right answer outnumbers every wrong one", lambda d: f"{d['right_leads']}"),
+        row(f"{unit} where the right answer outnumbers every wrong one",
+            lambda d: f"{d['right_leads']} ({d['right_leads'] / d['problems']:.1%})"),
         row("scores of right against wrong trajectories within a problem (ROC AUC, mean)",
             lambda d: "n/a" if d["score_auc_within"] is None else
             f"{d['score_auc_within']:.3f} ({plural(d['problems_right_and_wrong'], 'problem')})"),
