@@ -65,12 +65,21 @@ def paired_difference(a, b, confidence: float = CONFIDENCE, resamples: int = RES
 
     `a`, `b`: `correct_by_problem` mappings, one per seed (a list of them) or a single one.
     None when they share no problem."""
-    per_a, per_b = _shares(a), _shares(b)
-    shared = sorted(per_a.keys() & per_b.keys())
+    by_a, by_b = _by_problem(a), _by_problem(b)
+    shared = sorted(by_a.keys() & by_b.keys())
     if not shared:
         return None
-    diff = np.array([per_a[p] - per_b[p] for p in shared])
-    low, high = _interval(diff, confidence, resamples, seed)
+    diff = np.array([np.mean(by_a[p]) - np.mean(by_b[p]) for p in shared])
+    if max(len(by_a[p]) for p in shared) == max(len(by_b[p]) for p in shared) == 1:
+        low, high = _interval(diff, confidence, resamples, seed)
+    else:  # the problems drawn, and within each, each method's seeds (as `accuracy_interval`)
+        rng, picks = np.random.default_rng(seed), None
+        means = []
+        for outcomes in ([by_a[p] for p in shared], [by_b[p] for p in shared]):
+            picks, drawn = _seed_resampled(outcomes, resamples, rng, picks)
+            means.append(drawn)
+        tail = (1 - confidence) / 2
+        low, high = (float(np.quantile(means[0] - means[1], q)) for q in (tail, 1 - tail))
     a_better, b_better = int((diff > 0).sum()), int((diff < 0).sum())
     return PairedDifference(100 * float(diff.mean()), 100 * low, 100 * high, len(shared), a_better, b_better,
                             confidence, _sign_test(a_better, b_better))
@@ -92,20 +101,28 @@ def accuracy_interval(outcomes, confidence: float = CONFIDENCE, resamples: int =
     seeds = max(len(oks) for oks in per_problem.values())
     if seeds == 1 or np.all(shares == shares[0]) and shares[0] in (0.0, 1.0):
         return _wilson(float(shares.sum()), len(shares), confidence)
-    # outcomes [problems, seeds], padded; each problem's seeds drawn among its own
-    counts = np.array([len(oks) for oks in per_problem.values()])
-    table = np.zeros((len(counts), seeds))
-    for i, oks in enumerate(per_problem.values()):
-        table[i, :len(oks)] = oks
-    rng = np.random.default_rng(seed)
-    means = np.empty(resamples)
-    for start in range(0, resamples, 1000):  # in blocks: resamples x problems x seeds draws
-        n = min(1000, resamples - start)
-        problems = rng.integers(0, len(counts), size=(n, len(counts)))
-        draws = (rng.random((n, len(counts), seeds)) * counts[problems][..., None]).astype(np.int64)
-        means[start:start + n] = table[problems[..., None], draws].mean(axis=(1, 2))
+    _, means = _seed_resampled(list(per_problem.values()), resamples, np.random.default_rng(seed))
     tail = (1 - confidence) / 2
     return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def _seed_resampled(outcomes: list[list[bool]], resamples: int, rng: np.random.Generator,
+                    picks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(the problems drawn [resamples, problems], and each resample's accuracy): the
+    problems drawn with replacement (`picks`, when given: another method's, for a paired
+    difference), and within each problem as many seeds as it has, drawn among its own."""
+    counts = np.array([len(oks) for oks in outcomes])
+    table = np.zeros((len(counts), counts.max()))
+    for i, oks in enumerate(outcomes):
+        table[i, :len(oks)] = oks
+    if picks is None:
+        picks = rng.integers(0, len(counts), size=(resamples, len(counts)))
+    means = np.empty(resamples)
+    for start in range(0, resamples, 1000):  # in blocks: resamples x problems x seeds draws
+        block = picks[start:start + 1000]
+        draws = (rng.random((*block.shape, counts.max())) * counts[block][..., None]).astype(np.int64)
+        means[start:start + len(block)] = table[block[..., None], draws].mean(axis=(1, 2))
+    return picks, means
 
 
 def _wilson(right: float, n: int, confidence: float) -> tuple[float, float]:
