@@ -7,9 +7,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Sequence
 
-from ets.answers.accuracy import accuracy, grade
-from ets.answers.aggregate import choose_answer
-from ets.app.evaluate import EvalError
+from ets.answers.accuracy import accuracy
+from ets.app.evaluate import EvalError, graded_outcomes
 
 # the group of the records that lack the field
 MISSING = "(none)"
@@ -19,12 +18,14 @@ def accuracy_by(records: Sequence[dict[str, Any]], name: str, aggregation: str, 
                 float_rounding: int | None = None) -> dict[str, dict[str, Any]]:
     """{value: {problems, correct, accuracy[, ungraded]}} for each value of field `name`,
     in order (numbers by size, then text; the records without it last, as MISSING)."""
+    return by_groups(records, graded_outcomes(list(records), aggregation, vote, float_rounding), name)
+
+
+def by_groups(records: Sequence[dict[str, Any]], outcomes: Sequence[bool | None], name: str) -> dict[str, dict[str, Any]]:
+    """`accuracy_by` of records already graded (`outcomes`, one per record)."""
     groups: dict[Any, list[bool | None]] = {}
-    for r in records:
-        trajs = r["trajectories"]
-        chosen = choose_answer([t["answer"] for t in trajs], [t["step_scores"] for t in trajs], aggregation, vote)
-        value = (r.get("fields") or {}).get(name)
-        groups.setdefault(value, []).append(grade(chosen, r["ground_truth"], float_rounding=float_rounding))
+    for r, outcome in zip(records, outcomes):
+        groups.setdefault((r.get("fields") or {}).get(name), []).append(outcome)
     if set(groups) == {None}:
         known = sorted({k for r in records for k in (r.get("fields") or {})})
         raise EvalError(f"--by {name}: no record has the field {name!r}; "

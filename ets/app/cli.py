@@ -224,22 +224,16 @@ def _presets(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from ets.app.evaluate import evaluate
+    from ets.app.evaluate import EvalError, evaluate
     from ets.app.merge import load_merged
     from ets.app.result_runs import seed_files
 
     if not args.at_n and (args.plot is not None or args.at_n_seeds is not None):
-        from ets.app.evaluate import EvalError
-
         flag = "--plot" if args.plot is not None else "--at-n-seeds"
         raise EvalError(f"{flag} is an option of --at-n; add --at-n (or drop {flag})")
     if args.at_n and args.vote is not None:
-        from ets.app.evaluate import EvalError
-
         raise EvalError("--vote is not an option of --at-n, which shows all three votes; drop --vote")
     if args.at_n and args.by is not None:
-        from ets.app.evaluate import EvalError
-
         raise EvalError("--by is not an option of --at-n; run `ets eval --by` on its own")
     if len(args.files) == 1 and (seeds := seed_files(args.files[0])):
         return _eval_seeds(args, seeds)
@@ -247,15 +241,10 @@ def _eval(args: argparse.Namespace) -> int:
     _recorded_choice(args, run.records)
     if args.at_n:
         return _at_n(args, run)
-    result = evaluate(run.records, args.agg, args.vote, float_rounding=args.float_rounding)
+    result = evaluate(run.records, args.agg, args.vote, float_rounding=args.float_rounding, by=args.by)
     files = f", {len(run.files)} files" if len(run.files) > 1 else ""
     if len(run.files) > 1:
         result["files"] = run.files
-    if args.by is not None:
-        from ets.app.by_field import accuracy_by, by_table
-
-        result["by"] = {args.by: accuracy_by(run.records, args.by, args.agg, args.vote,
-                                             float_rounding=args.float_rounding)}
     if args.json:
         print(json.dumps(result))
     else:
@@ -263,6 +252,8 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"accuracy {result['accuracy']:.4f} ({result['correct']}/{result['problems']}) agg={args.agg} "
               f"vote={args.vote}{files}{ungraded}")
         if args.by is not None:
+            from ets.app.by_field import by_table
+
             print("\n".join(by_table(args.by, result["by"][args.by])))
     return 0
 
@@ -279,17 +270,11 @@ def _eval_seeds(args: argparse.Namespace, seeds: dict[str, str]) -> int:
         raise EvalError(f"--at-n reads one run: pass one seed's file, e.g. {next(iter(seeds.values()))}")
     records = {seed: load_results(path) for seed, path in seeds.items()}
     _recorded_choice(args, [r for rs in records.values() for r in rs])
-    results = {seed: evaluate(rs, args.agg, args.vote, float_rounding=args.float_rounding)
+    results = {seed: evaluate(rs, args.agg, args.vote, float_rounding=args.float_rounding, by=args.by)
                for seed, rs in records.items()}
     accuracies = [r["accuracy"] for r in results.values()]
     mean = statistics.fmean(accuracies)
     sd = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
-    if args.by is not None:
-        from ets.app.by_field import accuracy_by, seeds_table
-
-        for seed, rs in records.items():
-            results[seed]["by"] = {args.by: accuracy_by(rs, args.by, args.agg, args.vote,
-                                                        float_rounding=args.float_rounding)}
     if args.json:
         print(json.dumps({"seeds": results, "accuracy_mean": mean, "accuracy_sd": sd}))
         return 0
@@ -298,6 +283,8 @@ def _eval_seeds(args: argparse.Namespace, seeds: dict[str, str]) -> int:
     print(f"accuracy {mean:.4f} ± {sd:.4f} (mean ± sd over {plural(len(results), 'seed')}) agg={args.agg} "
           f"vote={args.vote}")
     if args.by is not None:
+        from ets.app.by_field import seeds_table
+
         print("\n".join(seeds_table(args.by, {seed: r["by"][args.by] for seed, r in results.items()})))
     return 0
 

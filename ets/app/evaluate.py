@@ -46,18 +46,13 @@ def load_results(path: str | Path, needs: Needs = EVAL) -> list[dict[str, Any]]:
 
 
 def evaluate(records: list[dict[str, Any]], aggregation: str, vote: str, *,
-             float_rounding: int | None = None) -> dict[str, Any]:
+             float_rounding: int | None = None, by: str | None = None) -> dict[str, Any]:
     """Accuracy under `aggregation` and `vote`, over the problems with a ground truth
     (`problems`; those without one are counted as `ungraded`, when there are any).
     Decimals grade exactly unless `float_rounding` (decimal places) allows a tolerance
-    (ets/answers/grading.py)."""
-    if float_rounding is not None and float_rounding < 0:
-        raise EvalError(f"--float-rounding {float_rounding}: give a number of decimal places >= 0")
-    outcomes = []
-    for r in records:
-        trajs = r["trajectories"]
-        chosen = choose_answer([t["answer"] for t in trajs], [t["step_scores"] for t in trajs], aggregation, vote)
-        outcomes.append(grade(chosen, r["ground_truth"], float_rounding=float_rounding))
+    (ets/answers/grading.py). `by`: also each group's sharing a value of that data field
+    (`ets eval --by`), as `by: {field: groups}`, from the same grading."""
+    outcomes = graded_outcomes(records, aggregation, vote, float_rounding)
     acc = accuracy(outcomes)
     if records and not acc.graded:
         raise EvalError(nothing_to_grade(acc.ungraded))
@@ -65,4 +60,22 @@ def evaluate(records: list[dict[str, Any]], aggregation: str, vote: str, *,
            "vote": vote, **({"ungraded": acc.ungraded} if acc.ungraded else {})}
     if float_rounding is not None:
         out["float_rounding"] = float_rounding
+    if by is not None:
+        from ets.app.by_field import by_groups
+
+        out["by"] = {by: by_groups(records, outcomes, by)}
     return out
+
+
+def graded_outcomes(records: list[dict[str, Any]], aggregation: str, vote: str,
+                    float_rounding: int | None = None) -> list[bool | None]:
+    """Each record's answer chosen again under `aggregation` and `vote`, graded (None: no
+    ground truth)."""
+    if float_rounding is not None and float_rounding < 0:
+        raise EvalError(f"--float-rounding {float_rounding}: give a number of decimal places >= 0")
+    outcomes = []
+    for r in records:
+        trajs = r["trajectories"]
+        chosen = choose_answer([t["answer"] for t in trajs], [t["step_scores"] for t in trajs], aggregation, vote)
+        outcomes.append(grade(chosen, r["ground_truth"], float_rounding=float_rounding))
+    return outcomes
