@@ -78,8 +78,7 @@ def paired_difference(a, b, confidence: float = CONFIDENCE, resamples: int = RES
         for outcomes in ([by_a[p] for p in shared], [by_b[p] for p in shared]):
             picks, drawn = _seed_resampled(outcomes, resamples, rng, picks)
             means.append(drawn)
-        tail = (1 - confidence) / 2
-        low, high = (float(np.quantile(means[0] - means[1], q)) for q in (tail, 1 - tail))
+        low, high = _percentiles(means[0] - means[1], confidence)
     a_better, b_better = int((diff > 0).sum()), int((diff < 0).sum())
     return PairedDifference(100 * float(diff.mean()), 100 * low, 100 * high, len(shared), a_better, b_better,
                             confidence, _sign_test(a_better, b_better))
@@ -102,6 +101,11 @@ def accuracy_interval(outcomes, confidence: float = CONFIDENCE, resamples: int =
     if seeds == 1 or np.all(shares == shares[0]) and shares[0] in (0.0, 1.0):
         return _wilson(float(shares.sum()), len(shares), confidence)
     _, means = _seed_resampled(list(per_problem.values()), resamples, np.random.default_rng(seed))
+    return _percentiles(means, confidence)
+
+
+def _percentiles(means: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The percentile interval of bootstrap resamples' `means`."""
     tail = (1 - confidence) / 2
     return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 

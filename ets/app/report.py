@@ -82,6 +82,11 @@ def marks(row: dict[str, Any], key: str) -> str:
             + (SHARED_MARK if key in TIMED and shared_machine(row) > 1 else ""))
 
 
+def mark_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The notes under a table that say what its marks (`marks`) mean, those it has."""
+    return [note for note in (part_note(rows), shared_note(rows)) if note]
+
+
 def part_note(rows: Sequence[dict[str, Any]]) -> str | None:
     """The note under a table with marked cells, else None."""
     if not any(partly_measured(r) for r in rows):
@@ -123,7 +128,7 @@ def markdown_table(rows: Sequence[dict[str, Any]], caption: bool = True) -> str:
     if caption and len(seeds) > 1:
         lines += ["", f"Each cell: mean ± sample standard deviation over {len(seeds)} seeds ({', '.join(seeds)}); "
                       "accuracy's ± in points. Min and max per column in table.csv, per-seed rows in table_runs.csv."]
-    notes = [note for note in (part_note(rows), shared_note(rows)) if note]
+    notes = mark_notes(rows)
     if caption and notes:
         lines += ["", *notes]
     return "\n".join(lines)

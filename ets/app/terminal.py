@@ -98,9 +98,9 @@ def narrow_table(rows: Sequence[dict[str, Any]]) -> list[str]:
         note += "; peak KV: the engine's measured live tokens"
     if seeds > 1:
         note += f"; mean ± sd over {plural(seeds, 'seed')}, accuracy's ± in points"
-    from ets.app.report import part_note, shared_note
+    from ets.app.report import mark_notes
 
-    extra = "".join(f" {n}" for n in (part_note(rows), shared_note(rows)) if n)
+    extra = "".join(f" {n}" for n in mark_notes(rows))
     return table + wrap(note + ". Every column: --wide, table.md, table.csv." + extra, indent="")
 
 
