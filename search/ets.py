@@ -29,10 +29,9 @@ allocation is kept (with a budget: its best leaves that fit), counted in
 `metrics["lp_fallback"]` and logged.
 
 metrics (per problem, in `frontier.metrics`): lp_solves, lp_seconds (build + solve),
-cluster_seconds (the round's batch embedding shared equally by its frontiers, plus this
-problem's clustering), embed_seconds and embedded_steps (a sentence embedder's share of
-that batch embedding, and the step texts it was asked for; the hidden-state embedders
-count theirs in the policy's or the reward's stats), lp_fallback, lp_budget_infeasible, lp_kept, lp_pruned; and where
+cluster_seconds (embedding and clustering this problem's steps), embed_seconds and
+embedded_steps (a sentence embedder's part of that, and the step texts it was asked for;
+the hidden-state embedders count theirs in the policy's or the reward's stats), lp_fallback, lp_budget_infeasible, lp_kept, lp_pruned; and where
 ETS's allocation departs from REBASE's on the same frontier: lp_pruned_weighted (pruned
 leaves that REBASE gave children), lp_pruned_width (those children) and lp_moved_width
 (children the final pass gives leaves beyond their REBASE counts: at least
@@ -110,21 +109,6 @@ class ETS(Strategy):
         if self._sentence_embedder:
             prepare_embedder(self.config.embedder)
 
-    def prepare(self, frontiers: list[Frontier]) -> None:
-        """Embed the round's step texts in one batch; `select` then finds them cached."""
-        if not self._sentence_embedder:
-            return
-        texts = [c.text for f in frontiers if len(f.candidates) > 1 for c in f.candidates]
-        if texts:
-            t0 = time.perf_counter()
-            self.clusterer.embed(texts)
-            share = (time.perf_counter() - t0) / len(frontiers)
-            for f in frontiers:
-                f.metrics["cluster_seconds"] += share
-                f.metrics["embed_seconds"] += share
-                if len(f.candidates) > 1:
-                    f.metrics["embedded_steps"] += len(f.candidates)
-
     def select(self, frontier: Frontier) -> Allocation:
         cfg = self.config
         cands, remaining = frontier.candidates, frontier.remaining
@@ -176,7 +160,11 @@ class ETS(Strategy):
         if cfg.lambda_s > 0 and len(set(texts)) > 1:
             t0 = time.perf_counter()
             if self.step_embeddings() is None:
+                # This problem's texts alone, in one batch: a batch shared with other problems
+                # would move the vectors' last bits (lp.clustering), and so its clusters.
                 clusters = self.clusterer.cluster(texts)
+                metrics["embed_seconds"] += time.perf_counter() - t0
+                metrics["embedded_steps"] += len(texts)
             else:
                 clusters = cluster_embeddings(_embeddings(cands, cfg.embedder), cfg.cluster_threshold)
             metrics["cluster_seconds"] += time.perf_counter() - t0

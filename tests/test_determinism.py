@@ -22,6 +22,7 @@ import pytest
 
 from ets.app.run import run
 from ets.config import load_config
+from ets.lp import StepClusterer
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "configs" / "tiny.yaml"
@@ -106,11 +107,19 @@ def test_hf_records_do_not_depend_on_concurrency_and_match_the_engine(tmp_path, 
     assert_same_records(alone, on_engine, exact=False)
 
 
-def test_ets_strategy_records_do_not_depend_on_concurrency(tmp_path, data):
-    """ETS embeds each round's steps in one batch over every problem in flight."""
+def test_ets_strategy_records_do_not_depend_on_concurrency(tmp_path, data, monkeypatch):
+    """ETS with a sentence model (MiniLM, tiny.yaml's default): a transformer's vector for a
+    text moves in its last bits with its batch-mates, so the model must see the same
+    batches, one problem's steps each, however many problems are in flight."""
+    batches = []
+    embed = StepClusterer.embed
+    monkeypatch.setattr(StepClusterer, "embed", lambda self, texts: batches.append(tuple(texts)) or embed(self, texts))
     base = overrides(data, "engine", "method=ets")
-    assert_same_records(run_to(tmp_path, "c1", [*base, "concurrency=1"]),
-                        run_to(tmp_path, "c4", [*base, "concurrency=4"]))
+    alone = run_to(tmp_path, "c1", [*base, "concurrency=1"])
+    seen_alone, batches[:] = sorted(batches), []
+    together = run_to(tmp_path, "c4", [*base, "concurrency=4"])
+    assert seen_alone and sorted(batches) == seen_alone
+    assert_same_records(alone, together)
 
 
 def ets_run(args: list[str]) -> subprocess.Popen:

@@ -51,7 +51,6 @@ def simulate(strategy, width: int, rounds: int, seed: int, check=None) -> Simula
         if remaining <= 0 or not candidates:
             break
         frontier = Frontier(tree, candidates, [], remaining, width, depth + 1, metrics)
-        strategy.prepare([frontier])
         alloc = strategy.select(frontier)
         assert sum(alloc.values()) == remaining
         assert set(alloc) <= {c.id for c in candidates}
@@ -144,13 +143,13 @@ def test_paper_settings_with_real_embedder_load_once():
     assert model is not None and first["cluster_seconds"] > 0
     metrics = first + simulate(ets, 16, 6, seed=6).metrics
     assert ets.clusterer._model is model           # loaded once per strategy
-    assert ets.clusterer.encoded <= len(STEPS)     # each distinct text embedded once
+    assert ets.clusterer.encoded <= metrics["embedded_steps"]   # each distinct text of a selection once
     assert metrics["lp_fallback"] == 0 and metrics["lp_pruned"] > 0
 
 
 def test_metrics_are_the_problems_own():
     """Two problems interleaved on one strategy: each frontier's counter holds its own
-    solves, and the round's batch embedding is split equally between them."""
+    solves and its own embedding."""
     ets = build(SearchConfig(method="ets", width=8, lambda_c=1.0, lambda_s=1.0))
     assert not hasattr(ets, "metrics")            # nothing run-wide to diff
     frontiers = []
@@ -161,11 +160,10 @@ def test_metrics_are_the_problems_own():
         for k in kids:
             k.score = float(rng.random())
         frontiers.append(Frontier(tree, kids, [], 8, 8, 1, Counter()))
-    ets.prepare(frontiers)
-    shares = [f.metrics["cluster_seconds"] for f in frontiers]
-    assert shares[0] == shares[1] > 0
     ets.select(frontiers[0])
-    assert frontiers[0].metrics["lp_solves"] == 1 and frontiers[1].metrics["lp_solves"] == 0
+    first, second = frontiers[0].metrics, frontiers[1].metrics
+    assert first["lp_solves"] == 1 and first["embedded_steps"] == 4 and first["embed_seconds"] > 0
+    assert not second
 
 
 def test_keep_counts_final_pass_only_hands_out_the_pruned_leaves_children():

@@ -2,14 +2,14 @@
 
     summary["embedding"] = embedding_cost(summary, config.search, new_records)
 
-A sentence embedder runs in the selection phase (ETS's own batch embedding of each
-round's step texts: `embed_seconds` and `embedded_steps` in the records' strategy
+A sentence embedder runs in the selection phase (ETS embeds each problem's new step
+texts: `embed_seconds` and `embedded_steps` in the records' strategy
 metrics); `policy` and `prm` are pooled from hidden states in the policy's decode
 forwards or the PRM's scoring forwards (their `stats()`: the host time the pooling took,
 the vectors handed out), with no forward of their own. The figures count this run's new
 problems, so the embedders compare per step. What a step is differs a little: a sentence
-embedder is asked for the candidates of the frontiers that select among several (texts
-it embedded before come from its cache), the hidden states come with every new step.
+embedder is asked for the candidates of each frontier it clusters, the hidden states
+come with every new step.
 """
 
 from __future__ import annotations

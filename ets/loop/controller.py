@@ -440,15 +440,9 @@ class SearchLoop:
         """Each strategy allocates its problem's next round (these problems', default every
         active one's); the problems that are over."""
         problems = self.active if problems is None else problems
-        frontiers = {a.index: self._frontier(a, children[a.index]) for a in problems}
-        selecting = [f for f in frontiers.values() if f is not None]
-        if selecting:
-            # Once-per-round batch work (e.g. ETS embeds every new step text in one call);
-            # the strategy splits its cost over these frontiers' metrics.
-            self.strategy.prepare(selecting)
         done = []
         for a in problems:
-            frontier = frontiers[a.index]
+            frontier = self._frontier(a, children[a.index])
             a.alloc = {} if frontier is None else self._allocation(frontier)
             # Completed and pruned children will never be expanded: their KV may be evicted.
             self.policy.release([a.handles.pop(c.id, None) for c in children[a.index] if c.id not in a.alloc])
