@@ -4,12 +4,12 @@ Each `--pair LABEL=RUN@BASE` is one point: RUN against BASE as `ets compare BASE
 computes it (RUN and BASE are results files of `ets run`, or a sweep's run named without
 its seed, `runs/s/ets_w64`, standing for its seed files). x: how many times less KV (per
 problem, the paper's metric) RUN kept than BASE; y: RUN's accuracy minus BASE's in points,
-paired problem by problem, with its 95% bootstrap interval over the problems as the error
-bar. The bases lie at (1x, 0), one star (`--base-label` names it). A label ending in
+paired problem by problem, with its 95% bootstrap interval over the problems (and their
+seeds, where there are several) as the error bar. The bases lie at (1x, 0), one star (`--base-label` names it). A label ending in
 `W=<n>` places the point on the line of the label without it, with a marker per width, so
 one setting's points at several widths are joined. `--target POINTS,TIMES` shades where a
 run is at most POINTS below its base with at least TIMES less KV (e.g. `1,1.8`: within a
-point at 1.8x less). Written as PNG and PDF.
+point at 1.8x less). Written as PNG (titled) and PDF (untitled, for a caption).
 
     python scripts/plot_paired.py --out runs/embedders.png --target 1,1.8 --base-label REBASE \\
         --pair "ETS static W=64=runs/t64/ets_w64@runs/t64/rebase_w64" \\
@@ -72,9 +72,10 @@ def title(config, pairs: list[dict], prefix: str) -> str:
     seeds = sorted({p["seeds"] for p in pairs} | {p["base_seeds"] for p in pairs})
     seeds_text = plural(seeds[0], "seed") if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]} seeds"
     task = task_label(config.data.path, config.data.hf_name, config.data.hf_split if config.data.hf_name else None)
+    over = "the problems and their seeds" if seeds[-1] > 1 else "the problems"
     return "\n".join([f"{prefix}: {task}, {problems} paired, {seeds_text} each",
                       models_line(config.policy.model, config.reward.name, config.reward.model),
-                      "error bars: the paired difference's 95% interval over the problems (bootstrap)"])
+                      f"error bars: the paired difference's 95% interval over {over} (bootstrap)"])
 
 
 def parse_target(text: str | None) -> tuple[float, float] | None:
@@ -145,11 +146,10 @@ def main() -> None:
                               f"{times:g}x less KV or more")
         ax.set_xlim(right=right)
         ax.set_ylim(top=top)
-    ax.set_title(title(config, pairs, args.title), fontsize=9)
     ax.set_xlabel("KV size per problem: how many times less than the base (paper metric)")
     ax.set_ylabel("accuracy minus the base's (points, paired)")
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}x"))
-    written = finish_plot(fig, ax, labels, args.out)
+    written = finish_plot(fig, ax, labels, args.out, title(config, pairs, args.title))
     print(f"wrote {written[0]} and {written[1].name}: " + "; ".join(
         f"{p['label']} {p['comparison'].difference.points:+.1f} points "
         f"({p['comparison'].difference.low:+.1f} to {p['comparison'].difference.high:+.1f}) at "

@@ -81,7 +81,7 @@ def main() -> None:
     args = ap.parse_args()
     points = [read_point(p) for p in args.point]
 
-    from ets.app.report import count_formatter, error_bars, finish_plot, method_colours, plot_title, pyplot
+    from ets.app.report import count_formatter, error_bars, figure_title, finish_plot, method_colours, plot_title, pyplot
     from ets.config import ConfigError, load_config
 
     try:
@@ -112,11 +112,11 @@ def main() -> None:
                         color=colours[name], capsize=3, label=name if p is mine[0] else None)
             if len(widths) > 1:
                 labels.append((x, y, f"W={p['width']}", colours[name]))
-    ax.set_title(plot_title(config, points, prefix=args.title), fontsize=9)
     ax.set_xlabel("KV size per problem (tokens, paper metric, prompt counted)")
     ax.set_ylabel("accuracy (%)")
     ax.xaxis.set_major_formatter(count_formatter())
-    written = finish_plot(fig, ax, labels, args.out)
+    title = figure_title(plot_title(config, points, prefix=args.title), points, ("kv_size_per_problem", "accuracy"))
+    written = finish_plot(fig, ax, labels, args.out, title)
     print(f"wrote {written[0]} and {written[1].name}: " + "; ".join(
         f"{p['label']} {100 * number(p, 'accuracy'):.1f}% at {number(p, 'kv_size_per_problem'):,.0f}" for p in points))
 

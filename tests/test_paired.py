@@ -217,7 +217,7 @@ def test_one_runs_accuracy_interval_is_over_its_problems():
 
 
 def test_plots_show_the_accuracys_interval_over_problems(tmp_path):
-    from ets.app.report import error_bars, plot_methods, plot_title
+    from ets.app.report import error_bars, error_bars_text, plot_methods, plot_title
     from ets.config import load_config
 
     rows = [dict(method=m, width=64, seed=0, problems=200, accuracy=rights.count("1") / 200, kv_size_per_problem=kv,
@@ -228,7 +228,8 @@ def test_plots_show_the_accuracys_interval_over_problems(tmp_path):
     assert below[1] < below[0]                               # 25% right varies less than 50%
     assert error_bars(rows, "kv_size_per_problem") is None   # one seed: no spread to show there
     title = plot_title(load_config(TINY), rows)
-    assert "error bars: accuracy's 95% interval over the problems (Wilson)" in title.splitlines()
+    assert error_bars_text(rows, ("width", "accuracy")) == "error bars: accuracy's 95% interval over the problems (Wilson)"
+    assert error_bars_text(rows, ("width", "kv_size_per_problem")) == ""   # that figure has none
     assert [p.name for p in plot_methods(rows, tmp_path / "m.png", title)] == ["m.png", "m.pdf"]
     assert (tmp_path / "m.png").stat().st_size > 10_000 and (tmp_path / "m.pdf").read_bytes()[:4] == b"%PDF"
     # several seeds that know their problems: still the interval over the problems (each
@@ -236,8 +237,24 @@ def test_plots_show_the_accuracys_interval_over_problems(tmp_path):
     seeded = [dict(r, seeds=3, seed_list="0,1,2", accuracy_sd=0.05, kv_size_per_problem_sd=4.0) for r in rows]
     assert error_bars(seeded, "accuracy", 100.0) == [below, above]
     assert error_bars(seeded, "kv_size_per_problem") == [[4.0, 4.0], [4.0, 4.0]]
-    assert "; others ± 1 sd over seeds" in plot_title(load_config(TINY), seeded)
+    assert error_bars_text(seeded, ("kv_size_per_problem", "accuracy")).endswith(
+        "over the problems and seeds (bootstrap); others ± 1 sd over seeds")
+    assert "others" not in error_bars_text(seeded, ("width", "accuracy"))
+    assert error_bars_text(seeded, ("width", "kv_size_per_problem")) == "error bars: ± 1 sd over seeds"
     # means over seeds read back from a table (no outcomes): one sd over seeds
     plain = [{k: v for k, v in r.items() if k != "correct_by_problem"} for r in seeded]
     assert error_bars(plain, "accuracy", 100.0) == [[5.0, 5.0], [5.0, 5.0]]
-    assert plot_title(load_config(TINY), plain).splitlines()[-1] == "error bars: ± 1 sd over seeds"
+    assert error_bars_text(plain) == "error bars: ± 1 sd over seeds"
+
+
+def test_the_png_carries_the_title_and_the_pdf_leaves_it_to_the_caption(tmp_path):
+    from ets.app.report import pyplot, save_figure
+
+    fig, ax = pyplot().subplots()
+    ax.plot([1, 2], [3, 4])
+    fig.tight_layout()
+    saved = []
+    savefig = fig.savefig
+    fig.savefig = lambda path, **kw: saved.append((Path(path).suffix, fig.get_suptitle())) or savefig(path, **kw)
+    assert [p.name for p in save_figure(fig, tmp_path / "f.png", "the run\nerror bars: none")] == ["f.png", "f.pdf"]
+    assert sorted(saved) == [(".pdf", ""), (".png", "the run\nerror bars: none")]

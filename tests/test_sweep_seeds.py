@@ -164,13 +164,16 @@ def test_sweep_with_two_seeds_end_to_end(tmp_path, capsys):
 
 def test_plot_titles_name_task_problems_seeds_and_models():
     from ets.app.demo import demo_config
-    from ets.app.report import plot_title
+    from ets.app.report import figure_title, plot_title
     from ets.config import load_config
 
     config = load_config(TINY)
-    title = plot_title(config, [{"problems": 200, "seeds": 3, "seed_list": "0,1,2"}], "ets sweep")
+    rows = [{"problems": 200, "seeds": 3, "seed_list": "0,1,2"}]
+    title = plot_title(config, rows, "ets sweep")
     assert title.splitlines() == ["ets sweep: tiny, 200 problems, 3 seeds (0, 1, 2)",
-                                  "policy tiny:llama, PRM step_tag (tiny:llama)", "error bars: ± 1 sd over seeds"]
+                                  "policy tiny:llama, PRM step_tag (tiny:llama)"]
+    # each figure says what its own error bars are
+    assert figure_title(title, rows, ("width", "problems_per_s")).splitlines()[2:] == ["error bars: ± 1 sd over seeds"]
     assert plot_title(config, [{"problems": 1, "seed": 0, "width": 4}]).startswith(
         "ets sweep: tiny, 1 problem, W=4, 1 seed (0)\n")
     # the bundled models and task by name, not by their checkpoint paths

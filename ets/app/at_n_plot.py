@@ -1,5 +1,6 @@
 """The plot of `ets eval --at-n` (ets/app/at_n.py): accuracy against n on a log2 axis, one
-line per selection with a band of ± 1 sd over the draws, written as PNG and PDF."""
+line per selection with a band of ± 1 sd over the draws, written as PNG (titled with the
+run) and PDF (untitled, for a paper's caption to describe)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any, Sequence
 
 from ets.app.at_n import SELECTION_LABELS, SELECTIONS
 from ets.app.evaluate import EvalError
-from ets.app.report import method_label, models_line, task_label
+from ets.app.report import method_label, models_line, save_figure, task_label
 from ets.app.terminal import plural
 
 
@@ -71,14 +72,12 @@ def plot_at_n(figures: dict[str, Any], paths: Sequence[Path], title: str = "") -
     ax.set_title(f"accuracy at n: mean and ± 1 sd over {plural(figures['draws'], 'draw')}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     try:
-        for path in paths:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, dpi=150)
+        paths[0].parent.mkdir(parents=True, exist_ok=True)
+        save_figure(fig, paths[0], title)   # the PNG with `title` over it, the PDF without
     except OSError as exc:
+        path = Path(exc.filename or paths[0])
         raise EvalError(f"--plot {path}: cannot write there ({exc.strerror or exc}); pass another --plot PATH") from None
     finally:
         plt.close(fig)

@@ -269,9 +269,10 @@ def task_label(path: str | None = None, hf_name: str | None = None, hf_split: st
 
 
 def plot_title(config, rows: Sequence[dict[str, Any]], prefix: str = "ets sweep") -> str:
-    """Up to three lines: what was run (the task, problems, widths, seeds), with which
-    models, and what the error bars are, e.g. `ets demo, W=16: demo task, 50 problems,
-    3 seeds (0, 1, 2)` / `policy demo policy, PRM step_tag (demo PRM)` / `error bars: ...`."""
+    """Two lines: what was run (the task, problems, widths, seeds) and with which models,
+    e.g. `ets demo, W=16: demo task, 50 problems, 3 seeds (0, 1, 2)` / `policy demo policy,
+    PRM step_tag (demo PRM)`. Each figure adds what its own error bars are
+    (`error_bars_text`)."""
     from ets.app.terminal import plural
 
     counts = sorted({r["problems"] for r in rows if r.get("problems") is not None})
@@ -285,18 +286,25 @@ def plot_title(config, rows: Sequence[dict[str, Any]], prefix: str = "ets sweep"
     most = max((shared_machine(r) for r in rows), default=1)
     if most > 1:  # what the throughput panels show, where the title says the run
         head += f"; throughput timed with up to {most} runs at a time sharing the machine"
-    lines = [head, models_line(config.policy.model, config.reward.name, config.reward.model)]
-    bars = error_bars_text(rows)
-    return "\n".join(lines + ([bars] if bars else []))
+    return f"{head}\n{models_line(config.policy.model, config.reward.name, config.reward.model)}"
 
 
-def error_bars_text(rows: Sequence[dict[str, Any]]) -> str:
-    """What the plots' error bars are, for a title; "" when they show none."""
+def error_bars_text(rows: Sequence[dict[str, Any]], keys: Sequence[str] = ("accuracy",)) -> str:
+    """What the error bars of a figure showing `keys` are (as `error_bars` draws them), for
+    its title; "" when it shows none."""
     several = any(r.get("seeds", 1) > 1 for r in rows)
-    if rows and None not in [accuracy_bounds(r) for r in rows]:
-        return ("error bars: accuracy's 95% interval over the problems and seeds (bootstrap); others ± 1 sd "
-                "over seeds" if several else "error bars: accuracy's 95% interval over the problems (Wilson)")
-    return "error bars: ± 1 sd over seeds" if several else ""
+    sd = "± 1 sd over seeds" if several else ""
+    if "accuracy" in keys and rows and None not in [accuracy_bounds(r) for r in rows]:
+        interval = ("accuracy's 95% interval over the problems and seeds (bootstrap)" if several
+                    else "accuracy's 95% interval over the problems (Wilson)")
+        others = sd and set(keys) - {"accuracy", "width"}
+        return f"error bars: {interval}" + (f"; others {sd}" if others else "")
+    return f"error bars: {sd}" if sd and set(keys) - {"width"} else ""
+
+
+def figure_title(title: str, rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> str:
+    """`title` (the run, `plot_title`) and what this figure's error bars are."""
+    return "\n".join(line for line in (title, error_bars_text(rows, keys) if title else "") if line)
 
 
 def models_line(policy_model: str | None, reward_name: str | None, reward_model: str | None) -> str:
@@ -375,27 +383,33 @@ def label_points(ax, points: Sequence[tuple[float, float, str, str]], fontsize: 
         taken.append(best[2])
 
 
-def save_figure(fig, path: str | Path) -> list[Path]:
+def save_figure(fig, path: str | Path, title: str = "", fontsize: float = 9) -> list[Path]:
     """The figure as PNG (for screens) and PDF (for papers): `path` with each suffix (a
-    .png or .pdf it has is replaced, any other dot kept: `lambda_c_0.5` -> `lambda_c_0.5.png`)."""
+    .png or .pdf it has is replaced, any other dot kept: `lambda_c_0.5` -> `lambda_c_0.5.png`).
+    `title` (the run, and what the error bars are) goes over the PNG only: a paper says
+    that in the figure's caption. The figure is laid out already."""
     path = Path(path)
     base = path.with_suffix("") if path.suffix.lower() in (".png", ".pdf") else path
-    paths = [base.with_name(base.name + ".png"), base.with_name(base.name + ".pdf")]
-    for p in paths:
-        fig.savefig(p, dpi=150)
-    return paths
+    png, pdf = base.with_name(base.name + ".png"), base.with_name(base.name + ".pdf")
+    fig.savefig(pdf, dpi=150)
+    if title:
+        fig.suptitle(title, fontsize=fontsize)
+        fig.tight_layout()
+    fig.savefig(png, dpi=150)
+    return [png, pdf]
 
 
-def finish_plot(fig, ax, labels: Sequence[tuple[float, float, str, str]], out: str | Path) -> list[Path]:
+def finish_plot(fig, ax, labels: Sequence[tuple[float, float, str, str]], out: str | Path,
+                title: str = "") -> list[Path]:
     """A one-axes figure of the plot scripts finished and written: a light grid, the legend
     where it hides least, the points' `labels` (`label_points`), saved as `out` (PNG and
-    PDF, `save_figure`, its folder made) and closed."""
+    PDF, `save_figure`, `title` over the PNG, its folder made) and closed."""
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     label_points(ax, labels, fontsize=8)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    written = save_figure(fig, out)
+    written = save_figure(fig, out, title)
     pyplot().close(fig)
     return written
 
@@ -451,11 +465,9 @@ def plot_methods(rows: Sequence[dict[str, Any]], path: str | Path, title: str = 
         ax.tick_params(axis="x", labelsize=8)
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
-    if title:
-        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     try:
-        return save_figure(fig, Path(path))
+        return save_figure(fig, Path(path), figure_title(title, rows, [key for key, _, _ in panels]), fontsize=10)
     finally:
         plt.close(fig)
 
@@ -527,10 +539,8 @@ def plot_sweep(rows: Sequence[dict[str, Any]], out: str | Path, title: str = "")
         ax.grid(alpha=0.3)
         # beside the axes, not over a point or its error bar
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-        if title:
-            fig.suptitle(title, fontsize=9)
         fig.tight_layout()
         label_points(ax, labels)
-        paths += save_figure(fig, out / name)
+        paths += save_figure(fig, out / name, figure_title(title, rows, (xkey, *ykeys)))
         plt.close(fig)
     return paths
