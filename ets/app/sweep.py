@@ -193,7 +193,8 @@ def aggregate_seeds(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (method, width), in the order the pairs first appear. A pair run with
     one seed keeps its row as it is. With several: every numeric column (not a bool)
     becomes the mean over the seeds that know it (None where none does), with `<key>_sd`
-    (sample standard deviation, n - 1), `<key>_min` and `<key>_max` beside it; a column
+    (sample standard deviation, n - 1), `<key>_min` and `<key>_max` beside it, except a
+    whole number every seed shares (`problems`), which stays as it is; a column
     that is not a number keeps its value where the seeds agree (else their values joined
     by "/"); `seeds` is the number of seeds and `seed_list` them, e.g. "0,1,2"."""
     import statistics
@@ -213,9 +214,10 @@ def aggregate_seeds(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             known = [v for v in values if v is not None]
             if not known:
                 row[key] = None  # unknown in every seed, e.g. live KV on a backend that does not measure it
+            elif all(isinstance(v, int) and not isinstance(v, bool) for v in known) and len(set(known)) == 1:
+                row[key] = known[0]  # a count every seed shares (problems): no spread to report
             elif all(_number(v) for v in known):
-                same_int = all(isinstance(v, int) for v in known) and len(set(known)) == 1
-                row[key] = known[0] if same_int else statistics.fmean(known)  # e.g. problems stays an int
+                row[key] = statistics.fmean(known)
                 row[f"{key}_sd"] = statistics.stdev(known) if len(known) > 1 else 0.0
                 row[f"{key}_min"], row[f"{key}_max"] = min(known), max(known)
             elif all(v == values[0] for v in values):
