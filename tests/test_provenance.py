@@ -370,6 +370,47 @@ def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
     assert not out.exists()
 
 
+SLOW_TO_STOP_REWARD = '''
+import os
+import time
+from pathlib import Path
+
+def slow_to_stop(questions, trajectories):
+    Path(__file__).with_name(f"scoring.{os.getpid()}").touch()
+    try:
+        time.sleep(120)
+    finally:
+        time.sleep(2)  # unwinding takes a while: a second SIGTERM comes meanwhile
+'''
+
+
+def test_sigterm_to_a_sweeps_process_group_stops_every_run_as_ctrl_c_does(tmp_path):
+    """A scheduler's SIGTERM reaches a `--jobs 2` sweep's driver and its workers at once; the
+    driver's own SIGTERM to them then comes second, while they are still closing their
+    outputs: each still unwinds (its empty output removed), and no semaphore is left over."""
+    (tmp_path / "slow_to_stop_reward.py").write_text(SLOW_TO_STOP_REWARD)
+    out = tmp_path / "sweep"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    run = subprocess.Popen([sys.executable, "-m", "ets", "sweep", "--config", str(TINY), "--methods", "rebase,beam",
+                            "--widths", "2", "--jobs", "2", "--out", str(out), "data.limit=1",
+                            "reward.name=slow_to_stop_reward:slow_to_stop"],
+                           cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for _ in range(1800):  # both runs in their first reward call, their outputs open
+            if len(list(tmp_path.glob("scoring.*"))) == 2 or run.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert len(list(tmp_path.glob("scoring.*"))) == 2, run.stderr.read() if run.poll() is not None else "no calls"
+        assert len(list(out.glob("*.jsonl"))) == 2
+        os.killpg(run.pid, signal.SIGTERM)
+        assert run.wait(60) == 143
+    finally:
+        run.kill()
+    stderr = run.stderr.read()
+    assert "ets: interrupted; finished problems are saved" in stderr and "leaked" not in stderr
+    assert not list(out.glob("*.jsonl"))
+
+
 STUBBORN_REWARD = '''
 import time
 from pathlib import Path

@@ -10,7 +10,11 @@ finished problems kept for a rerun to resume after.
 The process still ends if the exception does not end it: code that catches every
 exception (a library's, during an import) can swallow it, and unwinding can hang. So the
 first SIGTERM also starts a timer that exits with 143 after `STOP_GRACE_SECONDS`, and a
-second SIGTERM exits at once.
+second SIGTERM exits at once, except in a worker process (`stop_on_sigterm(worker=True)`):
+a scheduler's SIGTERM to a process group reaches the workers and their driver at once,
+and the driver's SIGTERM, or its process pool's, then comes second, while the worker is
+still closing its output. A worker that is stopping lets them pass; its driver ends it
+if it takes too long.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ STOP_GRACE_SECONDS = 60.0
 EXIT_CODE = 143  # 128 + SIGTERM, as a shell reports a process it ended
 
 _stopping = threading.Event()
+_repeat_exits = True
 
 
 class Terminated(KeyboardInterrupt):
@@ -31,7 +36,9 @@ class Terminated(KeyboardInterrupt):
 
 def _raise_terminated(signum, frame) -> None:
     if _stopping.is_set():
-        os._exit(EXIT_CODE)
+        if _repeat_exits:
+            os._exit(EXIT_CODE)
+        return
     _stopping.set()
     timer = threading.Timer(STOP_GRACE_SECONDS, os._exit, args=(EXIT_CODE,))
     timer.daemon = True
@@ -45,8 +52,11 @@ def terminated() -> bool:
     return _stopping.is_set()
 
 
-def stop_on_sigterm() -> None:
+def stop_on_sigterm(worker: bool = False) -> None:
     """SIGTERM raises `Terminated` in this process's main thread (where signals go; from
-    another thread this does nothing)."""
+    another thread this does nothing). `worker`: a second SIGTERM does not end it at once
+    (the module doc)."""
+    global _repeat_exits
     if threading.current_thread() is threading.main_thread():
+        _repeat_exits = not worker
         signal.signal(signal.SIGTERM, _raise_terminated)

@@ -319,7 +319,12 @@ def _set_up_worker(driver: int) -> None:
     from ets.models.load import hide_loading_bars
 
     hide_loading_bars()
-    stop_on_sigterm()
+    stop_on_sigterm(worker=True)
+    # tqdm's default lock is a process-shared semaphore, which `_job`'s os._exit would leave
+    # for the resource tracker to report as leaked; this process draws no bar to share.
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
     def watch() -> None:
         while os.getppid() == driver:
