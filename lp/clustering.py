@@ -80,8 +80,9 @@ def load_embedder(name: str = DEFAULT_EMBEDDER, device: str | None = None):
                           f"to ETS: there is no sentence model to load")
     if name.startswith(STATIC_PREFIX):
         return SentenceTransformer(str(static_embedder(name[len(STATIC_PREFIX):], device)), device=device)
+    source = _resolve(name)  # its own ConfigError, whole
     try:
-        return SentenceTransformer(_resolve(name), device=device)
+        return SentenceTransformer(source, device=device)
     except (OSError, ValueError) as exc:  # a missing folder, or a name no hub here resolves
         raise ConfigError(f"search.embedder {name!r} could not be loaded ({exc}); {_HOW}") from exc
 

@@ -130,3 +130,13 @@ def test_static_of_nothing_or_of_a_missing_model_is_a_config_error(tmp_path):
         static_embedder("")
     with pytest.raises(ConfigError, match="'/no/such/model' does not exist"):
         static_embedder("/no/such/model")
+
+
+def test_a_missing_embedder_folder_is_named_once(tmp_path):
+    from ets.lp import load_embedder
+
+    with pytest.raises(ConfigError) as caught:
+        load_embedder(str(tmp_path / "nope"))
+    message = str(caught.value)
+    assert "does not exist" in message and "could not be loaded" not in message
+    assert message.count("pass a sentence-transformers model folder") == 1
