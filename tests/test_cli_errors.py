@@ -297,3 +297,23 @@ def test_a_key_set_by_its_flag_and_an_override_is_refused(tmp_path, capsys, monk
     command, *rest = argv
     assert words in one_line_error(capsys, main([command, "--config", str(TINY), *rest]))
     assert not any(tmp_path.iterdir())
+
+
+def test_a_hub_warning_prints_once_and_not_under_quiet(capfd):
+    """The hub's logger has a stderr handler of its own (and sets its own level): its
+    retries of an unreachable hub must print once, in the command's form, and not at all
+    under --quiet."""
+    from ets.app.cli import configure_logging
+
+    root, hub = logging.getLogger(), logging.getLogger("huggingface_hub.utils._http")
+    saved = root.level
+    try:
+        configure_logging(None, quiet=False, models=True)
+        hub.warning("Retrying in 1s [Retry 1/5].")
+        assert capfd.readouterr().err.splitlines() == [
+            "ets: WARNING: huggingface_hub.utils._http: Retrying in 1s [Retry 1/5]."]
+        configure_logging(None, quiet=True, models=True)
+        hub.warning("Retrying in 2s [Retry 2/5].")
+        assert capfd.readouterr().err == ""
+    finally:
+        configure_logging(logging.getLevelName(saved), quiet=False, models=False)

@@ -607,10 +607,14 @@ def configure_logging(level: str | None, quiet: bool, models: bool) -> None:
     name = level or ("ERROR" if quiet else "WARNING")
     root = logging.getLogger()
     root.setLevel(name)
-    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+    handler = next((h for h in root.handlers if isinstance(h, _StderrHandler)), None)
+    if handler is None:
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("ets: %(levelname)s: %(name)s: %(message)s"))
         root.addHandler(handler)
+    # at the handler too: a library's logger set to a level of its own (the hub's WARNING)
+    # passes its records to the root's handlers whatever the root's level
+    handler.setLevel(name)
     if models:
         from ets.models.quiet import quiet_model_loading
 

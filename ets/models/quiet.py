@@ -28,3 +28,10 @@ def quiet_model_loading(quiet: bool = True) -> None:
     except ImportError:
         return
     disable_progress_bars() if quiet else enable_progress_bars()
+    # The hub's logger has a stderr handler of its own and passes its records on to the
+    # root's too: each retry of an unreachable hub would print twice. The root's handler
+    # (the command's) is the one kept.
+    hub = logging.getLogger("huggingface_hub")
+    for handler in list(hub.handlers):
+        if isinstance(handler, logging.StreamHandler) and hub.propagate and logging.getLogger().handlers:
+            hub.removeHandler(handler)
