@@ -14,7 +14,7 @@ from tests.helpers import TINY, one_line_error
 
 def run_row(method, width, seed, **figures):
     return {"method": method, "width": width, "seed": seed, "aggregation": "last", "vote": "weighted",
-            "answer_rule": "weighted (last)", "problems": 4, **figures}
+            "vote_rule": "weighted (last)", "problems": 4, **figures}
 
 
 def test_aggregate_seeds_gives_mean_sd_min_max_per_pair_in_order():
@@ -40,7 +40,7 @@ def test_aggregate_seeds_gives_mean_sd_min_max_per_pair_in_order():
     # Counts the seeds agree on stay whole numbers, with no spread; names are kept; mappings per seed.
     assert ets["problems"] == 4 and isinstance(ets["problems"], int)
     assert not {"problems_sd", "problems_min", "problems_max"} & set(ets)
-    assert ets["answer_rule"] == "weighted (last)"
+    assert ets["vote_rule"] == "weighted (last)"
     assert ets["strategy_metrics"] == [{"lp_solves": 0}, {"lp_solves": 1}, {"lp_solves": 2}]
     assert reb["accuracy"] == 0.5 and reb["accuracy_sd"] == pytest.approx(math.sqrt(0.125))
 

@@ -28,7 +28,7 @@ COLUMNS = (
     ("method", "method", "{}"),
     ("width", "W", "{}"),
     ("accuracy", "accuracy", "{:.1%}"),
-    ("answer_rule", "vote (aggregation)", "{}"),
+    ("vote_rule", "vote (aggregation)", "{}"),
     ("kv_size_sum", "KV size, sum (paper metric)", "{:,}"),
     ("kv_size_per_problem", "KV size/problem", "{:,.0f}"),
     ("kv_size_ref_per_problem", "KV size/problem (ETS code's metric)", "{:,.0f}"),

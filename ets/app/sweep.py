@@ -104,7 +104,7 @@ def pair_row(config: RunConfig, summary: dict[str, Any]) -> dict[str, Any]:
         "seed": config.search.seed,
         "aggregation": config.search.aggregation,
         "vote": config.search.vote,
-        "answer_rule": f"{config.search.vote} ({config.search.aggregation})",
+        "vote_rule": f"{config.search.vote} ({config.search.aggregation})",  # the table's "vote (aggregation)"
         **{k: v for k, v in summary.items() if k not in _DETAILS},
         # the ETS code's KV metric (None, printed n/a, in a summary written before it was kept)
         "kv_size_ref_per_problem": summary.get("kv_size_ref_per_problem"),
