@@ -67,7 +67,7 @@ def test_ets_eval_says_how_many_it_left_out(runs, capsys):
     result = json.loads(capsys.readouterr().out)
     assert (result["problems"], result["correct"], result["accuracy"], result["ungraded"]) == (2, 1, 0.5, 1)
     assert main(["eval", str(runs["rebase"])]) == 0
-    assert capsys.readouterr().out == ("accuracy 0.5000 (1/2) agg=last vote=weighted; "
+    assert capsys.readouterr().out == ("accuracy 50.0% (1/2) agg=last vote=weighted; "
                                        "1 without a ground truth not counted\n")
 
 

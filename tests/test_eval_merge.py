@@ -49,7 +49,7 @@ def test_one_file_prints_the_line_it_always_did(slices, capsys):
     result = eval_json(capsys, slices / "a.jsonl")
     assert "files" not in result
     assert main(["eval", str(slices / "a.jsonl")]) == 0
-    assert capsys.readouterr().out == (f"accuracy {result['accuracy']:.4f} ({result['correct']}/2) "
+    assert capsys.readouterr().out == (f"accuracy {result['accuracy']:.1%} ({result['correct']}/2) "
                                        "agg=last vote=weighted\n")
 
 

@@ -46,7 +46,7 @@ def by_table(name: str, groups: dict[str, dict[str, Any]]) -> list[str]:
     """The groups as a Markdown table: problems graded, correct, accuracy."""
     lines = [f"| {name} | problems | correct | accuracy |", "|---|---|---|---|"]
     for value, g in groups.items():
-        accuracy_cell = f"{g['accuracy']:.4f}" if g["problems"] else "-"
+        accuracy_cell = f"{g['accuracy']:.1%}" if g["problems"] else "-"
         lines.append(f"| {value} | {g['problems']} | {g['correct']} | {accuracy_cell} |")
     return lines
 
@@ -55,7 +55,7 @@ def seeds_table(name: str, per_seed: dict[str, dict[str, dict[str, Any]]]) -> li
     """A sweep's run over its seeds: each group's accuracy as mean ± sd over the seeds (its
     problems are the same in every seed)."""
     values = list(dict.fromkeys(v for groups in per_seed.values() for v in groups))
-    lines = [f"| {name} | problems | accuracy (mean ± sd over {len(per_seed)} seeds) |", "|---|---|---|"]
+    lines = [f"| {name} | problems | accuracy (mean ± sd over {len(per_seed)} seeds, points) |", "|---|---|---|"]
     for value in values:
         found = [groups[value] for groups in per_seed.values() if value in groups and groups[value]["problems"]]
         if not found:
@@ -63,5 +63,5 @@ def seeds_table(name: str, per_seed: dict[str, dict[str, dict[str, Any]]]) -> li
             continue
         accs = [g["accuracy"] for g in found]
         sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
-        lines.append(f"| {value} | {found[0]['problems']} | {statistics.fmean(accs):.4f} ± {sd:.4f} |")
+        lines.append(f"| {value} | {found[0]['problems']} | {statistics.fmean(accs):.1%} ± {100 * sd:.1f} |")
     return lines

@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
                   ray_address=args.ray_address)
     print(f"wrote {config.output} ({plural(summary['problems'], 'problem')}, {summary['new_problems']} new)")
     print(
-        f"accuracy {summary['accuracy']:.3f} | KV size/problem {summary['kv_size_per_problem']:,.0f} "
+        f"accuracy {summary['accuracy']:.1%} | KV size/problem {summary['kv_size_per_problem']:,.0f} "
         f"(ETS code's metric {_num(summary.get('kv_size_ref_per_problem'), ',.0f')}) | "
         f"{_num(summary.get('tokens_per_s'), ',.0f')} tokens/s | wall {_num(summary.get('wall_time'), '.1f')} s"
     )
@@ -249,7 +249,7 @@ def _eval(args: argparse.Namespace) -> int:
         print(json.dumps(result))
     else:
         ungraded = f"; {result['ungraded']} without a ground truth not counted" if result.get("ungraded") else ""
-        print(f"accuracy {result['accuracy']:.4f} ({result['correct']}/{result['problems']}) agg={args.agg} "
+        print(f"accuracy {result['accuracy']:.1%} ({result['correct']}/{result['problems']}) agg={args.agg} "
               f"vote={args.vote}{files}{ungraded}")
         if args.by is not None:
             from ets.app.by_field import by_table
@@ -279,9 +279,9 @@ def _eval_seeds(args: argparse.Namespace, seeds: dict[str, str]) -> int:
         print(json.dumps({"seeds": results, "accuracy_mean": mean, "accuracy_sd": sd}))
         return 0
     for seed, r in results.items():
-        print(f"seed {seed}: accuracy {r['accuracy']:.4f} ({r['correct']}/{r['problems']})")
-    print(f"accuracy {mean:.4f} ± {sd:.4f} (mean ± sd over {plural(len(results), 'seed')}) agg={args.agg} "
-          f"vote={args.vote}")
+        print(f"seed {seed}: accuracy {r['accuracy']:.1%} ({r['correct']}/{r['problems']})")
+    print(f"accuracy {mean:.1%} ± {100 * sd:.1f} points (mean ± sd over {plural(len(results), 'seed')}) "
+          f"agg={args.agg} vote={args.vote}")
     if args.by is not None:
         from ets.app.by_field import seeds_table
 
@@ -339,7 +339,7 @@ def _rescore(args: argparse.Namespace) -> int:
     summary = rescore(args.source, config, show_progress=not args.quiet, overwrite=args.overwrite)
     print(f"wrote {config.output} ({plural(summary['problems'], 'problem')}, {summary['new_problems']} new; "
           f"{_num(summary.get('rescore_seconds'), '.1f')} s of scoring)")
-    print(f"accuracy {summary['accuracy']:.3f} | KV size/problem {summary['kv_size_per_problem']:,.0f} "
+    print(f"accuracy {summary['accuracy']:.1%} | KV size/problem {summary['kv_size_per_problem']:,.0f} "
           f"(the sampling run's)")
     return 0
 
