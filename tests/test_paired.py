@@ -93,7 +93,8 @@ def test_the_sweep_line_is_paired_when_rows_know_their_problems():
     assert ets_line.startswith("W=4: ETS vs REBASE: KV size 2.00x smaller")
     assert ets_line.endswith("accuracy -25.0 points (95% CI -75.0 to +0.0; better on 0 problems, worse on 1, of 4; "
                              "sign test p = 1)")
-    assert rebase_line.startswith("W=4: REBASE vs best-of-N: accuracy +25.0 points (95% CI ")
+    assert rebase_line.startswith("W=4: REBASE vs best-of-N: KV size 3.00x smaller, throughput 1.00x problems/s")
+    assert ", accuracy +25.0 points (95% CI " in rebase_line
 
 
 def test_a_run_summary_keeps_every_problems_outcome_and_a_sweep_prints_the_paired_lines(tmp_path, capsys):
@@ -118,7 +119,7 @@ def test_a_run_summary_keeps_every_problems_outcome_and_a_sweep_prints_the_paire
     del old["correct_by_problem"]
     stored.write_text(json.dumps(old))
     assert main([*argv, "--wide"]) == 0
-    assert "W=2: REBASE vs best-of-N: accuracy " in (printed := capsys.readouterr().out)
+    assert "W=2: REBASE vs best-of-N: KV size " in (printed := capsys.readouterr().out)
     assert "of 3; sign test p = " in printed
 
 
@@ -258,3 +259,9 @@ def test_the_png_carries_the_title_and_the_pdf_leaves_it_to_the_caption(tmp_path
     fig.savefig = lambda path, **kw: saved.append((Path(path).suffix, fig.get_suptitle())) or savefig(path, **kw)
     assert [p.name for p in save_figure(fig, tmp_path / "f.png", "the run\nerror bars: none")] == ["f.png", "f.pdf"]
     assert sorted(saved) == [(".pdf", ""), (".png", "the run\nerror bars: none")]
+
+def test_equal_sizes_read_as_the_same():
+    from ets.app.paired import size_change
+
+    assert size_change(1000, 1001) == "1.00x (the same)"
+    assert size_change(1000, 500) == "2.00x smaller" and size_change(500, 1000) == "2.00x larger"

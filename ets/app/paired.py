@@ -243,4 +243,6 @@ def size_change(base: float | None, other: float | None) -> str:
     unknown or 0): a ratio below 1 read as "0.88x smaller" says the opposite of what it means."""
     if not base or not other:
         return "n/a"
+    if f"{max(base, other) / min(base, other):.2f}" == "1.00":
+        return "1.00x (the same)"
     return f"{base / other:.2f}x smaller" if base >= other else f"{other / base:.2f}x larger"

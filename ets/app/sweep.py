@@ -366,32 +366,33 @@ def _ray_for(base: RunConfig, workers: int, address: str | None, show_progress: 
 
 
 def relative_to_rebase(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Per width, as lines: ETS's KV-size reduction, throughput gain and accuracy against
-    REBASE, and REBASE's accuracy against best-of-N (the paper's two comparisons). On rows
-    aggregated over seeds (`aggregate_seeds`), ratios of the means, said in the line. Where
-    the rows carry each problem's outcome (`correct_by_problem`), the accuracy difference is
-    paired over the problems both searched, with its confidence interval (ets/app/paired.py)."""
+    """Per width, as lines: ETS against REBASE and REBASE against best-of-N (the paper's two
+    comparisons): the KV-size change (on both metrics), the throughput ratio and the
+    accuracy difference. On rows aggregated over seeds (`aggregate_seeds`), ratios of the
+    means, said in the line. Where the rows carry each problem's outcome
+    (`correct_by_problem`), the accuracy difference is paired over the problems both
+    searched, with its confidence interval (ets/app/paired.py)."""
     from ets.app.paired import size_change
 
     lines = []
     by = {(r["method"], r["width"]): r for r in rows}
     for width in sorted({r["width"] for r in rows}):
-        ets, reb, bon = (by.get((m, width)) for m in ("ets", "rebase", "best_of_n"))
-        if ets and reb:
-            kv = size_change(reb["kv_size_per_problem"], ets["kv_size_per_problem"])
-            if ets.get("kv_size_ref_per_problem") is not None and reb.get("kv_size_ref_per_problem") is not None:
+        for method, base, name in (("ets", "rebase", "ETS vs REBASE"), ("rebase", "best_of_n", "REBASE vs best-of-N")):
+            a, b = by.get((method, width)), by.get((base, width))
+            if not (a and b):
+                continue
+            kv = size_change(b["kv_size_per_problem"], a["kv_size_per_problem"])
+            if a.get("kv_size_ref_per_problem") is not None and b.get("kv_size_ref_per_problem") is not None:
                 # the paper's 1.8x is on the ETS code's metric
-                reb_ref, ets_ref = reb["kv_size_ref_per_problem"], ets["kv_size_ref_per_problem"]
-                ref = size_change(reb_ref, ets_ref)
-                if (reb_ref >= ets_ref) == (reb["kv_size_per_problem"] >= ets["kv_size_per_problem"]):
+                b_ref, a_ref = b["kv_size_ref_per_problem"], a["kv_size_ref_per_problem"]
+                ref = size_change(b_ref, a_ref)
+                if (b_ref >= a_ref) == (b["kv_size_per_problem"] >= a["kv_size_per_problem"]):
                     ref = ref.split(" ")[0]  # the same way as the line's own ratio: "smaller" said once
                 kv += f" ({ref} on the ETS code's metric)"
-            tp = _ratio(ets.get("tokens_per_s"), reb.get("tokens_per_s"))
-            pp = _ratio(ets.get("problems_per_s"), reb.get("problems_per_s"))
-            lines.append(f"W={width}{_over(ets, reb)}: ETS vs REBASE: KV size {kv}, throughput {pp} problems/s "
-                         f"({tp} tokens/s), accuracy {_accuracy_difference(ets, reb)}")
-        if reb and bon:
-            lines.append(f"W={width}{_over(reb, bon)}: REBASE vs best-of-N: accuracy {_accuracy_difference(reb, bon)}")
+            tp = _ratio(a.get("tokens_per_s"), b.get("tokens_per_s"))
+            pp = _ratio(a.get("problems_per_s"), b.get("problems_per_s"))
+            lines.append(f"W={width}{_over(a, b)}: {name}: KV size {kv}, throughput {pp} problems/s "
+                         f"({tp} tokens/s), accuracy {_accuracy_difference(a, b)}")
     return lines
 
 
