@@ -64,6 +64,15 @@ def test_a_run_that_votes_right_when_it_can():
     assert (d["solved"], d["vote_right_when_solved"], d["right_leads"]) == (1, 1.0, 1)
 
 
+def test_a_run_that_solves_nothing_has_no_vote_share_to_give():
+    from ets.app.diagnose import diagnose_table
+
+    d = diagnose([P1])
+    assert d["solved"] == 0 and d["vote_right_when_solved"] is None
+    row = next(line for line in diagnose_table([("run", d)]) if "the vote picks the right answer" in line)
+    assert row.endswith("| n/a |")
+
+
 def test_ets_diagnose_prints_a_column_per_run_and_refuses_bad_files(tmp_path, capsys):
     from ets.app.cli import main
 

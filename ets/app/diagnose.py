@@ -92,7 +92,7 @@ def diagnose(records: Sequence[Mapping[str, Any]], prefix_steps: int = PREFIX_ST
         **({"ungraded": ungraded} if ungraded else {}),
         "accuracy": sum(bool(r["correct"]) for r in records) / problems,
         "solved": solved,
-        "vote_right_when_solved": vote_right / solved if solved else 0.0,
+        "vote_right_when_solved": vote_right / solved if solved else None,  # nothing to pick from
         **{f"{key}_share": mean(values) for key, values in shares.items()},
         "right_leads": right_leads,
         "score_auc_within": score_auc,
@@ -122,7 +122,8 @@ def diagnose_table(runs: Sequence[tuple[str, Mapping[str, float]]]) -> list[str]
             + (f" (+{d['ungraded']} without a ground truth, left out)" if d.get("ungraded") else "")),
         row("accuracy (the run's vote)", lambda d: f"{d['accuracy']:.1%}"),
         row(f"{unit} with a right trajectory", lambda d: f"{d['solved']} ({d['solved'] / d['problems']:.1%})"),
-        row("... of those, the vote picks the right answer", lambda d: f"{d['vote_right_when_solved']:.1%}"),
+        row("... of those, the vote picks the right answer",
+            lambda d: "n/a" if d["vote_right_when_solved"] is None else f"{d['vote_right_when_solved']:.1%}"),
         row("share of a problem's trajectories that are right (mean)", lambda d: f"{d['right_share']:.1%}"),
         row("share of its most common wrong answer (mean)", lambda d: f"{d['top_wrong_share']:.1%}"),
         row("... weighted by score: the right answer's share", lambda d: f"{d['right_weight_share']:.1%}"),
