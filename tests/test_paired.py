@@ -239,7 +239,7 @@ def test_plots_show_the_accuracys_interval_over_problems(tmp_path):
     assert error_bars(seeded, "accuracy", 100.0) == [below, above]
     assert error_bars(seeded, "kv_size_per_problem") == [[4.0, 4.0], [4.0, 4.0]]
     assert error_bars_text(seeded, ("kv_size_per_problem", "accuracy")).endswith(
-        "over the problems and seeds (bootstrap); others ± 1 sd over seeds")
+        "over the problems and seeds; others ± 1 sd over seeds")
     assert "others" not in error_bars_text(seeded, ("width", "accuracy"))
     assert error_bars_text(seeded, ("width", "kv_size_per_problem")) == "error bars: ± 1 sd over seeds"
     # means over seeds read back from a table (no outcomes): one sd over seeds

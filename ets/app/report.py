@@ -295,7 +295,8 @@ def error_bars_text(rows: Sequence[dict[str, Any]], keys: Sequence[str] = ("accu
     several = any(r.get("seeds", 1) > 1 for r in rows)
     sd = "± 1 sd over seeds" if several else ""
     if "accuracy" in keys and rows and None not in [accuracy_bounds(r) for r in rows]:
-        interval = ("accuracy's 95% interval over the problems and seeds (bootstrap)" if several
+        # (over seeds a bootstrap, but Wilson's where every answer was right or every one wrong)
+        interval = ("accuracy's 95% interval over the problems and seeds" if several
                     else "accuracy's 95% interval over the problems (Wilson)")
         others = sd and set(keys) - {"accuracy", "width"}
         return f"error bars: {interval}" + (f"; others {sd}" if others else "")
