@@ -104,8 +104,8 @@ def _summary(accuracy: np.ndarray) -> dict[str, list[float]]:
 def at_n_table(figures: dict[str, Any]) -> list[str]:
     """Markdown, under 80 columns: a row per n, a column per selection, `mean ± sd` in %."""
     lines = [
-        f"Accuracy (%) at n of each problem's trajectories, {plural(figures['problems'], 'problem')} "
-        f"(W = {figures['width']}),"
+        f"Accuracy (%) at n of each problem's trajectories (up to {figures['width']}),"
+        f" {plural(figures['problems'], 'problem')},"
         + (f" {figures['ungraded']} without a ground truth not counted," if figures.get("ungraded") else ""),
         f"agg={figures['aggregation']}: mean ± sample sd over {figures['draws']} "
         f"draw{'s' if figures['draws'] != 1 else ''} of n.",
