@@ -153,7 +153,8 @@ def check_memory_notes(config: RunConfig) -> list[str]:
             pool = DEFAULT_KV_TOKENS if tokens is None else tokens
             most = f"; {_gib(pool * per_token * multiple)} at most with its buffers" if multiple > 1 else ""
             fixed.append(f"{name} {pool:,} tokens on {device} ({_gib(pool * per_token)}{most})"
-                         + (" (the default: policy.memory_fraction sizes it from free memory)" if tokens is None else ""))
+                         + (" (the default; policy.memory_fraction sizes the pools from free memory instead)"
+                            if tokens is None else ""))
     fixed = [f"KV memory, fixed pools: {', '.join(fixed)}"] if fixed else []
     if plan is None or not plan.claims:
         return fixed

@@ -255,8 +255,9 @@ def check_tokenizer(config: RunConfig):
         if Path(config.policy.model).expanduser().exists():
             raise ModelLoadError(f"the tokenizer of {config.policy.model!r} could not be loaded: "
                                  f"{str(exc).splitlines()[0]}; the folder needs its tokenizer files") from None
+        why = str(exc).splitlines()[0]
         return None, (f"the tokenizer of {config.policy.model!r} could not be loaded here: "
-                      f"{str(exc).splitlines()[0][:160]}")
+                      f"{why if len(why) <= 160 else why[:157] + '...'}")
 
 
 def first_prompt_lines(config: RunConfig, problem, tokenizer, prompt) -> list[str]:
