@@ -36,6 +36,8 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
+from ets.config import ConfigError
+from ets.engine.engine import PoolTooSmall
 from ets.engine.hidden import final_hidden, final_norm
 from ets.engine.prefix import prefix_levels
 
@@ -373,12 +375,15 @@ class EngineBackend:
         the pooled vectors (`Engine.score_pooled`) of the sequences, in order."""
         # The engine may be shared with the policy: count only this call's work.
         before = self._engine_counts()
-        if spans is None:
-            out, pooled = self.engine.score(sequences, positions, hidden_states=False), None
-        else:
-            seconds = self.engine.embed_seconds
-            out, pooled = self.engine.score_pooled(sequences, positions, spans)
-            self._stats["embed_seconds"] += self.engine.embed_seconds - seconds
+        try:
+            if spans is None:
+                out, pooled = self.engine.score(sequences, positions, hidden_states=False), None
+            else:
+                seconds = self.engine.embed_seconds
+                out, pooled = self.engine.score_pooled(sequences, positions, spans)
+                self._stats["embed_seconds"] += self.engine.embed_seconds - seconds
+        except PoolTooSmall as exc:
+            raise self._pool_error(exc) from None
         after = self._engine_counts()
         for key in before:
             self._stats[key] += after[key] - before[key]
@@ -390,6 +395,16 @@ class EngineBackend:
             digests = [d for seq, pos, _ in scored for d in prefix_digests(seq, pos)]
             rows.update(zip(digests, flat.unbind(0)))
         return pooled
+
+    def _pool_error(self, exc: PoolTooSmall) -> ConfigError:
+        """One line naming the setting that sized the pool: the PRM's own, or the policy's
+        where the PRM scores on the policy's engine."""
+        key = "reward.options.kv_budget_tokens" if self.owns_engine else "policy.kv_budget_tokens"
+        whose = "the PRM's KV pool" if self.owns_engine else "the policy's KV pool, which the PRM shares,"
+        return ConfigError(f"{key}: {whose} of {exc.capacity:,} tokens cannot hold a sequence the PRM scores "
+                           f"({exc.tokens:,} tokens: a question and a trajectory as the PRM reads them); set {key} "
+                           f">= {exc.tokens}, more for longer questions (the problems finished so far are kept: "
+                           f"the same command resumes)")
 
     def _engine_counts(self) -> dict[str, int]:
         s = self.engine.stats()

@@ -28,6 +28,13 @@ CASES = {
     "a missing embedder": (lambda _: "search.embedder=/no/such/embedder", "search.embedder '/no/such/embedder' does not exist"),
     "a static form of a missing embedder": (lambda _: "search.embedder=static:/no/such/embedder",
                                             "search.embedder '/no/such/embedder' does not exist"),
+    # the PRM's pool is met only when a sequence is scored: still one line, naming its key
+    "a PRM pool too small for one sequence": (
+        lambda _: "reward.options.backend=engine reward.options.kv_budget_tokens=40",
+        "reward.options.kv_budget_tokens: the PRM's KV pool of 40 tokens cannot hold a sequence the PRM scores"),
+    "a shared pool too small for the PRM's sequence": (
+        lambda _: "policy.backend=engine policy.kv_budget_tokens=96 reward.options.share_policy_engine=true",
+        "policy.kv_budget_tokens: the policy's KV pool, which the PRM shares, of 96 tokens cannot hold"),
 }
 
 
@@ -41,7 +48,7 @@ def test_one_line_error(tmp_path, capsys, case):
         if torch.cuda.is_available():
             pytest.skip("reason: this machine has a CUDA GPU, so cuda is a valid device here")
     code = main(["run", "--quiet", "--config", str(TINY), f"output={tmp_path / 'r.jsonl'}", "data.limit=1",
-                 "method=ets", override])
+                 "method=ets", *override.split()])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("ets: error: ") and message in err[0], err

@@ -87,6 +87,16 @@ def sample_seed(seed: int, k: int) -> int:
     return (seed * 1_000_003 + k) % 2**63
 
 
+
+class PoolTooSmall(ValueError):
+    """One sequence of `tokens` needs more than the pool's `capacity`: no eviction can make
+    room. Its caller knows which setting sized the pool, and says so."""
+
+    def __init__(self, tokens: int, capacity: int):
+        super().__init__(f"a sequence of up to {tokens} tokens cannot fit a KV pool of {capacity} tokens; "
+                         f"raise kv_budget_tokens")
+        self.tokens, self.capacity = tokens, capacity
+
 class Engine:
     def __init__(self, model, tokenizer=None, kv_budget_tokens: int | None = None,
                  max_batch_tokens: int | None = None, kv_dtype: str | torch.dtype | None = None,
@@ -536,8 +546,7 @@ class Engine:
 
     def _check_length(self, n: int) -> None:
         if n > self.pool.num_slots:
-            raise ValueError(f"a sequence of up to {n} tokens cannot fit a KV pool of "
-                             f"{self.pool.num_slots} tokens; raise kv_budget_tokens")
+            raise PoolTooSmall(n, self.pool.num_slots)
 
     def _check_ids(self, token_ids: Sequence[int]) -> None:
         if isinstance(token_ids, str) or not hasattr(token_ids[0], "__index__"):
