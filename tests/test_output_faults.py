@@ -365,3 +365,16 @@ def test_a_record_without_what_a_reader_reads_is_one_line_naming_it(finished, tm
     msg = one_line_error(capsys, main(reader(command, path, finished, tmp_path)))
     assert f"{path}: line 2 (problem {records[1]['id']!r})" in msg and words in msg
     assert f"ets {command} reads the records `ets run` writes" in msg
+
+
+def test_overwrite_on_a_full_disk_keeps_the_old_results(tmp_path, small_disk, capsys):
+    """--overwrite empties the old results only once the new run's first line is sure to
+    fit: on a full disk it refuses with the old run's files as they were."""
+    out = small_disk / "r.jsonl"
+    assert run_cli(f"output={out}", "data.limit=1") == 0
+    before = {p.name: p.read_bytes() for p in small_disk.iterdir()}
+    fill(small_disk, 0)
+    msg = one_line_error(capsys, main(["run", "--quiet", "--overwrite", "--config", str(TINY), f"output={out}",
+                                       "data.limit=2", "save_trees=true", "width=8"]))
+    assert "(No space left on device)" in msg
+    assert {p.name: p.read_bytes() for p in small_disk.iterdir() if p.name != "filler"} == before

@@ -59,8 +59,9 @@ class ResultsWriter:
     `done_ids`: their ids. `on_create()` is called before this process writes its first
     line, and again when the file is written anew (it writes the files that go with it).
     With `overwrite`, the old records are not read, and the file is emptied (and
-    `on_clear()` called) only when the first new line is written: a run that fails before
-    its first result (a model that does not load) leaves the old results as they were."""
+    `on_clear()` called) only when the first new line is written, and once there is room
+    for it: a run that fails before its first result (a model that does not load, a full
+    disk) leaves the old results as they were."""
 
     def __init__(self, path: str | Path, on_create: Callable[[], None] | None = None, *, overwrite: bool = False,
                  on_clear: Callable[[], None] | None = None):
@@ -89,6 +90,7 @@ class ResultsWriter:
         self._keep_in_place()
         try:
             if self._clear:
+                self._reserve(len(line))  # a full disk refuses the new run before the old results go
                 os.ftruncate(self._fd, 0)
                 self._size = 0
                 self._clear = False
@@ -148,6 +150,23 @@ class ResultsWriter:
                 pass
             raise
         self._size += len(data)
+
+    def _reserve(self, n: int) -> None:
+        """Room for `n` more bytes after what the file holds, or the OSError saying why not
+        (the file as it was); a file system that cannot reserve space is not asked."""
+        try:
+            os.posix_fallocate(self._fd, self._size, n)
+        except OSError as exc:
+            if exc.errno not in FULL:
+                return  # (EOPNOTSUPP, EINVAL: some network file systems)
+            raise
+        except AttributeError:  # no posix_fallocate on this platform
+            return
+        finally:
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                pass
 
     def _cannot_write(self, exc: OSError) -> str:
         where = exc.filename or self.path
