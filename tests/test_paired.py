@@ -192,7 +192,11 @@ def test_ets_compare_refuses_runs_it_cannot_pair_in_one_line(tmp_path, capsys):
     other = write_run(tmp_path / "b.jsonl", "10", 10, prefix="q")
     answers = tmp_path / "answers.json"
     answers.write_text("[]")
+    # the same ids over another dataset: its questions differ
+    renumbered = tmp_path / "c.jsonl"
+    renumbered.write_text(Path(base).read_text().replace('"question": "q"', '"question": "another q"'))
     for argv, words in (([base, other], "share no problem"), ([base, str(answers)], "ets eval"),
+                        ([base, str(renumbered)], "hold different problems under id 'p0' (their question differs)"),
                         ([base, str(tmp_path / "none.jsonl")], "does not exist")):
         assert main(["compare", *argv]) == 2
         err = capsys.readouterr().err

@@ -209,11 +209,26 @@ def compare_runs(base: tuple[str, Sequence[Sequence[Mapping[str, Any]]]],
         if not shared:
             what = "problem with a ground truth" if ungraded else "problem"
             raise ValueError(f"{name} and {base_name} share no {what}: compare runs over the same dataset")
+        _check_same_problems(name, runs, base_name, base_runs, shared)
         d = paired_difference(_only(right, shared), _only(base_right, shared))
         acc, base_acc = (sum(sh[p] for p in shared) / len(shared) for sh in (share, base_share))
         kv_mean, base_kv_mean = (sum(k[p] for p in shared) / len(shared) for k in (kv, base_kv))
         found.append(Comparison(name, base_name, acc, base_acc, d, kv_mean, base_kv_mean, ungraded))
     return found
+
+
+def _check_same_problems(name: str, runs, base_name: str, base_runs, ids: Sequence[str]) -> None:
+    """A ValueError where an id of both runs holds another question or ground truth in each:
+    two datasets that number their problems alike would otherwise pair unlike problems."""
+    def problems(seeds) -> dict[str, tuple]:
+        return {str(r["id"]): (r.get("question"), r.get("ground_truth")) for records in seeds for r in records}
+
+    mine, base = problems(runs), problems(base_runs)
+    for pid in ids:
+        if mine[pid] != base[pid]:
+            field = "question" if mine[pid][0] != base[pid][0] else "ground truth"
+            raise ValueError(f"{name} and {base_name} hold different problems under id {pid!r} (their {field} "
+                             f"differs): compare runs over the same dataset")
 
 
 def compare_lines(comparisons: Sequence[Comparison]) -> list[str]:
