@@ -317,3 +317,17 @@ def test_a_hub_warning_prints_once_and_not_under_quiet(capfd):
         assert capfd.readouterr().err == ""
     finally:
         configure_logging(logging.getLevelName(saved), quiet=False, models=False)
+
+
+def test_ctrl_c_while_the_libraries_load_is_one_line(tmp_path, capsys, monkeypatch):
+    """An interrupt in configure_logging's imports (torch, transformers: the first seconds
+    of a command) ends as any other: one line, exit 130."""
+    import ets.app.cli as cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "configure_logging", interrupted)
+    assert main(["run", "--config", str(TINY), f"output={tmp_path / 'r.jsonl'}"]) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        "ets: interrupted; finished problems are saved, rerun the same command to resume"]

@@ -648,18 +648,21 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # named with the command they were given to
         usage_error(f"ets {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
     args.quiet = getattr(args, "quiet", False)
-    configure_logging(getattr(args, "log_level", None), args.quiet, models=args.command not in ("eval", "compare", "diagnose", "presets"))
     from ets.app.stopping import EXIT_CODE, Terminated, stop_on_sigterm, terminated
 
     stop_on_sigterm()
     try:
+        # (in the try: a Ctrl-C in its imports of torch and transformers is one line too)
+        configure_logging(getattr(args, "log_level", None), args.quiet,
+                          models=args.command not in ("eval", "compare", "diagnose", "presets"))
         return args.func(args)
+    except KeyboardInterrupt as stop:
+        # before `user_errors()`, whose imports an interrupted import can leave half done
+        print("ets: interrupted; finished problems are saved, rerun the same command to resume", file=sys.stderr)
+        return EXIT_CODE if isinstance(stop, Terminated) or terminated() else 130
     except user_errors() as exc:
         print(f"ets: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as stop:
-        print("ets: interrupted; finished problems are saved, rerun the same command to resume", file=sys.stderr)
-        return EXIT_CODE if isinstance(stop, Terminated) or terminated() else 130
     except BrokenPipeError:  # `ets presets | head`: the reader has what it wanted
         # stdout to /dev/null, so that Python's flush at exit finds no pipe to fail on again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
