@@ -378,3 +378,17 @@ def test_overwrite_on_a_full_disk_keeps_the_old_results(tmp_path, small_disk, ca
                                        "data.limit=2", "save_trees=true", "width=8"]))
     assert "(No space left on device)" in msg
     assert {p.name: p.read_bytes() for p in small_disk.iterdir() if p.name != "filler"} == before
+
+
+@pytest.mark.parametrize("key", ["output", "data.path"])
+def test_a_loop_of_symbolic_links_is_one_line(tmp_path, capsys, key):
+    (tmp_path / "a.jsonl").symlink_to(tmp_path / "b.jsonl")
+    (tmp_path / "b.jsonl").symlink_to(tmp_path / "a.jsonl")
+    loop = tmp_path / "a.jsonl"
+    over = [f"output={loop}"] if key == "output" else [f"output={tmp_path / 'r.jsonl'}", f"data.path={loop}"]
+    msg = one_line_error(capsys, run_cli(*over, "data.limit=1"))
+    # (a run reads the data first, and finds no file there)
+    assert (f"{key} '{loop}' is a loop of symbolic links; point it at a file" if key == "output"
+            else f"data file '{loop}' does not exist") in msg
+    msg = one_line_error(capsys, main(["run", "--check", "--config", str(TINY), *over]))
+    assert f"{key} '{loop}' is a loop of symbolic links; point it at a file" in msg

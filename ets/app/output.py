@@ -27,6 +27,7 @@ again on closing, and so are folders made for it.
 from __future__ import annotations
 
 import json
+import errno
 import os
 import re
 import tempfile
@@ -167,9 +168,21 @@ def check_not_the_data(config: RunConfig) -> None:
         return
     output, data = Path(config.output), Path(data).expanduser()
     same = output.exists() and data.exists() and os.path.samefile(output, data)
-    if same or output.absolute().resolve() == data.absolute().resolve():
+    if same or _resolved(output, "output") == _resolved(data, "data.path"):
         raise OutputError(f"output {str(output)!r} is the data file the problems are read from (data.path); "
                           "write the results to another file, e.g. --output runs/results.jsonl")
+
+
+def _resolved(path: Path, key: str) -> Path:
+    """`path` with its links followed; a loop of symbolic links is the user's to mend."""
+    try:
+        return path.absolute().resolve()
+    except RuntimeError:  # Python before 3.13 reports a loop so; later ones raise OSError
+        raise OutputError(f"{key} {str(path)!r} is a loop of symbolic links; point it at a file") from None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise OutputError(f"{key} {str(path)!r} is a loop of symbolic links; point it at a file") from None
 
 
 def check_output_path(output: Path) -> None:
