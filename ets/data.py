@@ -323,7 +323,20 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
             if isinstance(record, list):
                 raise DataError(f"{path}:{lineno}: a JSON array, not an object: the file must hold one JSON object "
                                 "per line (JSONL), not an array of them")
+            if "\\u" in line:  # only an escape can make a lone surrogate
+                _check_text(record, f"{path}:{lineno}")
             yield lineno, record
+
+
+def _check_text(record: Any, where: str) -> None:
+    """A DataError where a string holds a lone UTF-16 surrogate (a `\\ud800` escape without
+    its pair): Python keeps it, but it is not text, and a tokenizer or a hash fails on it."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end].encode("unicode_escape").decode()
+        raise DataError(f"{where}: holds {bad}, half of a UTF-16 surrogate pair without its other half, which is "
+                        "not text; write the character itself, or both escapes of its pair") from None
 
 
 def load_jsonl(data: DataConfig) -> list[Problem]:

@@ -185,6 +185,15 @@ def test_line_not_json(tmp_path):
     assert "p.jsonl:2: not valid JSON" in one_line(e) and "one JSON object per line" in str(e.value)
 
 
+def test_a_lone_surrogate_escape_is_refused_and_a_whole_pair_read(tmp_path):
+    lone = '{"question": "What is \\ud800 2 + 2?", "answer": "#### 4"}'
+    with pytest.raises(DataError) as e:
+        load_problems(DataConfig(path=write(tmp_path, [GSM, lone])))
+    assert "p.jsonl:2: holds \\ud800, half of a UTF-16 surrogate pair" in one_line(e)
+    pair = '{"question": "Smile \\ud83d\\ude00: 2 + 2?", "answer": "#### 4"}'
+    assert load_problems(DataConfig(path=write(tmp_path, [pair])))[0].question == "Smile \U0001f600: 2 + 2?"
+
+
 def test_record_not_an_object(tmp_path):
     with pytest.raises(DataError, match=r"p\.jsonl:1: .*JSON object"):
         load_problems(DataConfig(path=write(tmp_path, ["[1, 2]"]), format="gsm8k"))
