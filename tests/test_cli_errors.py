@@ -331,3 +331,12 @@ def test_ctrl_c_while_the_libraries_load_is_one_line(tmp_path, capsys, monkeypat
     assert main(["run", "--config", str(TINY), f"output={tmp_path / 'r.jsonl'}"]) == 130
     assert capsys.readouterr().err.splitlines() == [
         "ets: interrupted; finished problems are saved, rerun the same command to resume"]
+
+
+@pytest.mark.parametrize("argv", [["run", "--output", ""], ["sweep", "--methods", ""]])
+def test_an_option_given_empty_is_refused_not_taken_as_unset(tmp_path, capsys, argv):
+    with pytest.raises(SystemExit) as stop:
+        main([argv[0], "--config", str(TINY), *argv[1:]])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"ets: error: {argv[1]} is empty; give it a value or leave it out (see ets {argv[0]} --help)"]

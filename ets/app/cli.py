@@ -647,6 +647,11 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [item for item in unknown if item not in extra]
     if unknown:  # named with the command they were given to
         usage_error(f"ets {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
+    # an option given as "" (a shell variable that was never set) would fall back to the
+    # config's value unsaid; every option that takes a value defaults to None, not ""
+    empty = [name for name, value in vars(args).items() if value == "" and name not in ("func", "command")]
+    if empty:
+        usage_error(f"ets {args.command}", f"--{empty[0].replace('_', '-')} is empty; give it a value or leave it out")
     args.quiet = getattr(args, "quiet", False)
     from ets.app.stopping import EXIT_CODE, Terminated, stop_on_sigterm, terminated
 
