@@ -185,6 +185,20 @@ def test_ets_compare_pools_a_sweeps_seed_files_given_the_run_without_its_seed(tm
     assert "neither a results file nor a sweep's run" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_sweeps_run_of_one_seed_is_named_as_runs_of_several_are(tmp_path, capsys):
+    """A one-seed sweep writes runs/s/rebase_w4.jsonl: `runs/s/rebase_w4` names it for
+    eval, compare and diagnose, as it names a run's seed files."""
+    from ets.app.cli import main
+
+    base, other = write_run(tmp_path / "rebase_w4.jsonl", "1100", 200), write_run(tmp_path / "ets_w4.jsonl", "1000", 100)
+    for argv in (["compare", base.removesuffix(".jsonl"), other.removesuffix(".jsonl")],
+                 ["diagnose", other.removesuffix(".jsonl")]):
+        assert main(argv) == 0
+    assert "ets_w4 vs rebase_w4, on the 4 problems both searched" in capsys.readouterr().out
+    assert main(["eval", other.removesuffix(".jsonl")]) == 0   # (its records hold no trajectory to grade)
+    assert capsys.readouterr().out.startswith("accuracy 0.0% (0/4)")
+
+
 def test_ets_compare_refuses_runs_it_cannot_pair_in_one_line(tmp_path, capsys):
     from ets.app.cli import main
 

@@ -226,7 +226,7 @@ def _presets(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from ets.app.evaluate import EvalError, evaluate
     from ets.app.merge import load_merged
-    from ets.app.result_runs import seed_files
+    from ets.app.result_runs import run_file, seed_files
 
     if not args.at_n and (args.plot is not None or args.at_n_seeds is not None):
         flag = "--plot" if args.plot is not None else "--at-n-seeds"
@@ -237,6 +237,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise EvalError("--by is not an option of --at-n; run `ets eval --by` on its own")
     if len(args.files) == 1 and (seeds := seed_files(args.files[0])):
         return _eval_seeds(args, seeds)
+    args.files = [run_file(f) for f in args.files]
     run = load_merged(args.files)
     _recorded_choice(args, run.records)
     if args.at_n:
@@ -523,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="results file; several: the slices of one dataset searched apart (e.g. a Slurm array), "
                         "merged (a problem in two files, or twice in one, and files of different configs are refused); "
                         "a sweep's run named without its seed (runs/s/rebase_w64): each seed's accuracy, and their "
-                        "mean and sd")
+                        "mean and sd (a run of one seed: its one file, runs/s/rebase_w64.jsonl)")
     p.add_argument("--agg", default=None, choices=AGGREGATIONS, help="step-score aggregation (default: the "
                                                                      "run's own, else last)")
     p.add_argument("--vote", default=None, choices=VOTES, help="how the answer is chosen (default: the run's own, "
@@ -561,7 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="runs against a base run on the problems both searched: accuracy difference, paired, "
                             "with its 95%% bootstrap interval, and KV size")
     runs_help = ("; a sweep's run named without its seed (runs/s/rebase_w64) stands for its seed files "
-                 "(runs/s/rebase_w64_s<seed>.jsonl), each problem counted as its share right over them")
+                 "(runs/s/rebase_w64_s<seed>.jsonl), each problem counted as its share right over them (a run of "
+                 "one seed: its one file, runs/s/rebase_w64.jsonl)")
     p.add_argument("base", help="results file (JSONL of `ets run`) the others are compared against" + runs_help)
     p.add_argument("others", nargs="+", metavar="other", help="results files to compare with the base, or sweep runs")
     p.add_argument("--wide", action="store_true",
@@ -573,7 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "wrong answer's shares, distinct answers and prefixes, trajectories cut at the depth cap")
     p.add_argument("files", nargs="+", metavar="file",
                    help="results files (JSONL of `ets run`), one column each; a sweep's run named without its seed "
-                        "(runs/s/rebase_w64) is one column over its seed files, each (problem, seed) search counted once")
+                        "(runs/s/rebase_w64) is one column over its seed files, each (problem, seed) search counted once (a run "
+                        "of one seed: its one file)")
     p.add_argument("--prefix-steps", type=int, default=3, metavar="K",
                    help="count the distinct first K steps of a problem's trajectories (default 3)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON, by file name")

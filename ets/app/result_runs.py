@@ -33,6 +33,7 @@ def load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, s
     runs = []
     for path in given:
         seeds = seed_files(path)
+        path = path if seeds else run_file(path)
         if not seeds and not os.path.exists(path) and not path.endswith(".jsonl"):
             raise EvalError(f"{path!r} is neither a results file nor a sweep's run with seed files "
                             f"{path}_s<seed>.jsonl; pass the output of `ets run` or `ets sweep --seeds`")
@@ -44,6 +45,15 @@ def load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, s
                                                          if len(set(counts)) > 1 else ")")
         runs.append((path, seeds_text, records))
     return runs
+
+
+def run_file(given: str) -> str:
+    """A sweep's run of one seed named as its runs of several are (`runs/s/rebase_w64`): its
+    one file, `runs/s/rebase_w64.jsonl`, where `given` is no file and that one is; else
+    `given` as it is."""
+    if os.path.exists(given) or given.endswith(".jsonl") or not os.path.isfile(given + ".jsonl"):
+        return given
+    return given + ".jsonl"
 
 
 def seed_files(given: str) -> dict[str, str]:
