@@ -105,7 +105,7 @@ def test_eval_reads_a_sweep_run_over_its_seeds(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "rebase_w4")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines[:2]] == ["seed 0", "seed 1"]
-    assert "± 0.0000 (mean ± sd over 2 seeds) agg=last vote=weighted" in lines[2]
+    assert "± 0.0 points (mean ± sd over 2 seeds) agg=last vote=weighted" in lines[2]
     msg = one_line_error(capsys, main(["eval", str(tmp_path / "rebase_w4"), "--at-n"]))
     assert "--at-n reads one run: pass one seed's file" in msg
 
