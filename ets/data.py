@@ -374,8 +374,9 @@ def load_jsonl(data: DataConfig) -> list[Problem]:
     return problems
 
 
-def load_hub(data: DataConfig) -> list[Problem]:
-    """A Hugging Face `datasets` name, for machines that can reach a hub (or its cache)."""
+def hub_datasets(data: DataConfig):
+    """The `datasets` package that reads `data.hf_name`, or a DataError saying how to get it
+    (`ets run --check` asks too, before a run would load its models)."""
     try:
         import datasets  # optional: only hub users need it
     except ImportError:
@@ -383,6 +384,12 @@ def load_hub(data: DataConfig) -> list[Problem]:
             f"data.hf_name={data.hf_name!r} needs the `datasets` package; install it with "
             "`pip install ets[hub]`, or set data.path to a local JSONL file"
         ) from None
+    return datasets
+
+
+def load_hub(data: DataConfig) -> list[Problem]:
+    """A Hugging Face `datasets` name, for machines that can reach a hub (or its cache)."""
+    datasets = hub_datasets(data)
     try:
         rows = datasets.load_dataset(data.hf_name, split=data.hf_split)
     except Exception as exc:  # noqa: BLE001 - network, auth and name errors all land here

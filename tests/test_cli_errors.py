@@ -340,3 +340,15 @@ def test_an_option_given_empty_is_refused_not_taken_as_unset(tmp_path, capsys, a
     assert stop.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
         f"ets: error: {argv[1]} is empty; give it a value or leave it out (see ets {argv[0]} --help)"]
+
+
+def test_check_refuses_a_hub_dataset_without_the_package_to_read_it(tmp_path, capsys):
+    """--check reads no hub dataset, but refuses as the run would where `datasets` is missing."""
+    try:
+        import datasets  # noqa: F401
+        pytest.skip("reason: `datasets` is installed here")
+    except ImportError:
+        pass
+    msg = one_line_error(capsys, main(["run", "--check", "--config", str(TINY), "data.path=null",
+                                       "data.hf_name=openai/gsm8k"]))
+    assert "data.hf_name='openai/gsm8k' needs the `datasets` package" in msg

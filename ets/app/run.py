@@ -201,6 +201,10 @@ def check_config(config: RunConfig, overwrite: bool = False) -> str:
         check_model_folder(config.reward.model)
     notes = [note] if (note := check_reward_tokenizer(obj, config.reward, config.policy.model)) else []
     problems = load_problems(config.data) if config.data.path or config.data.hf_name is None else None
+    if problems is None:
+        from ets.data import hub_datasets
+
+        hub_datasets(config.data)  # the dataset is not read here, but the package to read it must be there
     if problems is not None:
         notes.append(f"data: {plural(len(problems), 'problem')}")
         notes.append(resume_note(config, problems, overwrite))  # or the refusal a run would meet
