@@ -313,7 +313,10 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(line, object_pairs_hook=_one_value_per_key)
+            except _RepeatedKey as exc:
+                raise DataError(f"{path}:{lineno}: key {exc.args[0]!r} is given twice in one object; keep the one "
+                                "meant (JSON readers differ on which they take)") from None
             except json.JSONDecodeError as exc:
                 array = " (it starts a JSON array: the file is JSON, not JSONL)" if line.lstrip()[:1] == "[" else ""
                 raise DataError(
@@ -326,6 +329,18 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
             if "\\u" in line:  # only an escape can make a lone surrogate
                 _check_text(record, f"{path}:{lineno}")
             yield lineno, record
+
+
+class _RepeatedKey(ValueError):
+    """A key twice in one JSON object (`_one_value_per_key`); its message is the key."""
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record = dict(pairs)
+    if len(record) < len(pairs):
+        seen: set[str] = set()
+        raise _RepeatedKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return record
 
 
 def _check_text(record: Any, where: str) -> None:

@@ -194,6 +194,13 @@ def test_a_lone_surrogate_escape_is_refused_and_a_whole_pair_read(tmp_path):
     assert load_problems(DataConfig(path=write(tmp_path, [pair])))[0].question == "Smile \U0001f600: 2 + 2?"
 
 
+def test_a_key_twice_in_one_record_is_refused(tmp_path):
+    twice = '{"question": "What is 2 + 2?", "answer": "#### 4", "answer": "#### 5"}'
+    with pytest.raises(DataError) as e:
+        load_problems(DataConfig(path=write(tmp_path, [GSM, twice])))
+    assert "p.jsonl:2: key 'answer' is given twice in one object" in one_line(e)
+
+
 def test_record_not_an_object(tmp_path):
     with pytest.raises(DataError, match=r"p\.jsonl:1: .*JSON object"):
         load_problems(DataConfig(path=write(tmp_path, ["[1, 2]"]), format="gsm8k"))
