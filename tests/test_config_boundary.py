@@ -46,6 +46,9 @@ OVERRIDES = [
     (["output=3"], "output: 3 must be a string", ""),
     (["output=[1]"], "output: [1] must be a string", ""),
     (["output=''"], "output: '' must not be empty", "e.g. 'runs/results.jsonl'"),
+    # a \\u escape of a UTF-16 surrogate: YAML keeps it, and it is not text
+    (['policy.prompt_template="Q: {question}\\ud800"'], "policy.prompt_template: holds \\ud800, UTF-16 surrogates",
+     "its escape of \\U and 8 digits"),
     (["embedder=5"], "embedder: 5 must be a string", ""),
     (["method=[1]"], "method: [1] must be a string", "e.g. 'rebase'"),
     (["policy.step_delimiter=5"], "policy.step_delimiter: 5 must be a string", ""),
