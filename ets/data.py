@@ -28,13 +28,14 @@ import hashlib
 import json
 import logging
 import math
+from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, TypeVar
 
 from ets.answers.extract import gsm8k_ground_truth, last_boxed
 from ets.config import DataConfig
-from ets.config.checks import did_you_mean
+from ets.config.checks import did_you_mean, surrogates
 from ets.paths import special_kind
 
 
@@ -326,8 +327,9 @@ def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
             if isinstance(record, list):
                 raise DataError(f"{path}:{lineno}: a JSON array, not an object: the file must hold one JSON object "
                                 "per line (JSONL), not an array of them")
-            if "\\u" in line:  # only an escape can make a lone surrogate
-                _check_text(record, f"{path}:{lineno}")
+            if "\\u" in line and (found := surrogates(record)):  # only an escape can make a surrogate
+                raise DataError(f"{path}:{lineno}: holds {found[1]}, half of a UTF-16 surrogate pair without its other "
+                                "half, which is not text; write the character itself, or both escapes of its pair")
             yield lineno, record
 
 
@@ -338,20 +340,8 @@ class _RepeatedKey(ValueError):
 def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     record = dict(pairs)
     if len(record) < len(pairs):
-        seen: set[str] = set()
-        raise _RepeatedKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        raise _RepeatedKey(next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1))
     return record
-
-
-def _check_text(record: Any, where: str) -> None:
-    """A DataError where a string holds a lone UTF-16 surrogate (a `\\ud800` escape without
-    its pair): Python keeps it, but it is not text, and a tokenizer or a hash fails on it."""
-    try:
-        json.dumps(record, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        bad = exc.object[exc.start:exc.end].encode("unicode_escape").decode()
-        raise DataError(f"{where}: holds {bad}, half of a UTF-16 surrogate pair without its other half, which is "
-                        "not text; write the character itself, or both escapes of its pair") from None
 
 
 def load_jsonl(data: DataConfig) -> list[Problem]:

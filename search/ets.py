@@ -162,8 +162,9 @@ class ETS(Strategy):
             if self.step_embeddings() is None:
                 # This problem's texts alone, in one batch: a batch shared with other problems
                 # would move the vectors' last bits (lp.clustering), and so its clusters.
+                embedding = self.clusterer.seconds
                 clusters = self.clusterer.cluster(texts)
-                metrics["embed_seconds"] += time.perf_counter() - t0
+                metrics["embed_seconds"] += self.clusterer.seconds - embedding
                 metrics["embedded_steps"] += len(texts)
             else:
                 clusters = cluster_embeddings(_embeddings(cands, cfg.embedder), cfg.cluster_threshold)

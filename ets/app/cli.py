@@ -652,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
         usage_error(f"ets {args.command}", f"unrecognized arguments: {' '.join(unknown)}")
     # an option given as "" (a shell variable that was never set) would fall back to the
     # config's value unsaid; every option that takes a value defaults to None, not ""
-    empty = [name for name, value in vars(args).items() if value == "" and name not in ("func", "command")]
+    empty = [name for name, value in vars(args).items() if value == ""]
     if empty:  # named as given: --from's value is args.source, compare's base a positional
         name = {"source": "--from", "base": "base"}.get(empty[0], "--" + empty[0].replace("_", "-"))
         usage_error(f"ets {args.command}", f"{name} is empty; give it a value or leave it out")

@@ -177,10 +177,8 @@ def _resolved(path: Path, key: str) -> Path:
     """`path` with its links followed; a loop of symbolic links is the user's to mend."""
     try:
         return path.absolute().resolve()
-    except RuntimeError:  # Python before 3.13 reports a loop so; later ones raise OSError
-        raise OutputError(f"{key} {str(path)!r} is a loop of symbolic links; point it at a file") from None
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
+    except (RuntimeError, OSError) as exc:  # a loop: RuntimeError before Python 3.13, OSError ELOOP after
+        if isinstance(exc, OSError) and exc.errno != errno.ELOOP:
             raise
         raise OutputError(f"{key} {str(path)!r} is a loop of symbolic links; point it at a file") from None
 

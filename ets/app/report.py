@@ -67,9 +67,14 @@ def shared_machine(row: dict[str, Any]) -> int:
     return int(shared) if isinstance(shared, (int, float)) and shared > 1 else 1
 
 
+def most_sharing(rows: Sequence[dict[str, Any]]) -> int:
+    """The most runs that shared the machine with any of `rows`' runs (1: all ran alone)."""
+    return max((shared_machine(r) for r in rows), default=1)
+
+
 def shared_note(rows: Sequence[dict[str, Any]]) -> str | None:
     """The note under a table with cells timed on a shared machine, else None."""
-    most = max((shared_machine(r) for r in rows), default=1)
+    most = most_sharing(rows)
     if most == 1:
         return None
     return (f"{SHARED_MARK} timed with up to {most} runs at a time sharing the machine: a run's throughput depends on "
@@ -283,7 +288,7 @@ def plot_title(config, rows: Sequence[dict[str, Any]], prefix: str = "ets sweep"
     width_text = "" if not widths or "W=" in prefix else f", W={'/'.join(map(str, widths))}"
     task = task_label(config.data.path, config.data.hf_name, config.data.hf_split if config.data.hf_name else None)
     head = f"{prefix}: {task}, {problems}{width_text}, {plural(len(seeds), 'seed')} ({', '.join(seeds)})"
-    most = max((shared_machine(r) for r in rows), default=1)
+    most = most_sharing(rows)
     if most > 1:  # what the throughput panels show, where the title says the run
         head += f"; throughput timed with up to {most} runs at a time sharing the machine"
     return f"{head}\n{models_line(config.policy.model, config.reward.name, config.reward.model)}"

@@ -205,7 +205,7 @@ def check_config(config: RunConfig, overwrite: bool = False) -> str:
         from ets.data import hub_datasets
 
         hub_datasets(config.data)  # the dataset is not read here, but the package to read it must be there
-    if problems is not None:
+    else:
         notes.append(f"data: {plural(len(problems), 'problem')}")
         notes.append(resume_note(config, problems, overwrite))  # or the refusal a run would meet
     notes.extend(model_preset_notes(config))

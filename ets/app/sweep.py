@@ -373,11 +373,12 @@ def relative_to_rebase(rows: Sequence[dict[str, Any]]) -> list[str]:
     (`correct_by_problem`), the accuracy difference is paired over the problems both
     searched, with its confidence interval (ets/app/paired.py)."""
     from ets.app.paired import size_change
+    from ets.app.terminal import COMPARISONS
 
     lines = []
     by = {(r["method"], r["width"]): r for r in rows}
     for width in sorted({r["width"] for r in rows}):
-        for method, base, name in (("ets", "rebase", "ETS vs REBASE"), ("rebase", "best_of_n", "REBASE vs best-of-N")):
+        for method, base, name in COMPARISONS:
             a, b = by.get((method, width)), by.get((base, width))
             if not (a and b):
                 continue

@@ -129,7 +129,7 @@ def comparison_table(rows: Sequence[dict[str, Any]]) -> list[str]:
     outcome: ets/app/paired.py), the KV size and the throughput as ratios. No lines when
     no width has a pair."""
     from ets.app.paired import p_text, paired_difference, size_change
-    from ets.app.report import SHARED_MARK, shared_machine
+    from ets.app.report import SHARED_MARK, most_sharing
 
     by = {(r["method"], r["width"]): r for r in rows}
     body, seeds = [], 1
@@ -147,8 +147,7 @@ def comparison_table(rows: Sequence[dict[str, Any]]) -> list[str]:
             speed = a.get("problems_per_s"), b.get("problems_per_s")
             body.append([f"W={width}: {name}", accuracy[0],
                          size_change(b.get("kv_size_per_problem"), a.get("kv_size_per_problem")),
-                         f"{speed[0] / speed[1]:.2f}x" + (SHARED_MARK if max(shared_machine(a), shared_machine(b)) > 1
-                                                           else "")
+                         f"{speed[0] / speed[1]:.2f}x" + (SHARED_MARK if most_sharing((a, b)) > 1 else "")
                          if None not in speed and speed[1] else "n/a", accuracy[1]])
     if not body:
         return []

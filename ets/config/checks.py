@@ -62,6 +62,28 @@ INT_LIMIT = 2**63
 EMPTY_OK = {"empty_ok": True}
 
 
+def surrogates(value: Any, path: tuple[str, ...] = ()) -> tuple[str, str] | None:
+    """(the dotted key, its surrogates escaped, e.g. `\\ud800`) of the first text in `value`
+    (through its mappings and lists) holding UTF-16 surrogates: escapes Python keeps as
+    they are, but no text, on which a tokenizer or a hash fails. None where there are none."""
+    if isinstance(value, Mapping):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    elif isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return ".".join(path), exc.object[exc.start:exc.end].encode("unicode_escape").decode()
+        return None
+    else:
+        return None
+    for key, item in items:
+        if found := surrogates(item, (*path, str(key))):
+            return found
+    return None
+
+
 def shown(value: Any) -> str:
     """A value as an error message shows it: its repr (null, true, false as YAML writes
     them), cut short."""

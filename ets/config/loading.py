@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import yaml
 
 from ets.config import sal_recipes
-from ets.config.checks import ConfigError, did_you_mean, shown
+from ets.config.checks import ConfigError, did_you_mean, shown, surrogates
 from ets.config.model_presets import apply_model_presets
 from ets.config.presets import apply_presets
 from ets.config.sections import (ETS_KEY_ALIASES, FOLDER_RESULTS_FILE, DataConfig, PolicyConfig, RewardConfig,
@@ -232,7 +232,11 @@ def config_from_dict(raw: Mapping[str, Any], overrides: list[str] | tuple[str, .
     sal_layers = sal_recipes.take_keys(layers)  # search-and-learn's keys, out of each source
     mine = [item for item in overrides if not _names_one_of(parse_override(item)[0], sal_layers[1])]
     merged = _normalise(merge_overrides(layers[0], mine))
-    _check_text(merged, [])
+    if found := surrogates(merged):
+        key, bad = found
+        raise ConfigError(f"{key}: holds {bad}, UTF-16 surrogates, which are not text (YAML does not join a pair of "
+                          "\\u escapes into one character); write the character itself, or its escape of \\U and 8 "
+                          "digits (\\U0001F600)")
     if any(sal_layers):
         sal_recipes.apply(sal_layers, [_normalise(layer) for layer in layers], merged)
     sections = {name: merged.pop(name) for name in SECTIONS}
@@ -240,25 +244,6 @@ def config_from_dict(raw: Mapping[str, Any], overrides: list[str] | tuple[str, .
     apply_model_presets(sections)
     built = {name: _build(cls, sections[name], name) for name, cls in SECTIONS.items()}
     return RunConfig(**built, **merged)
-
-
-def _check_text(value: Any, path: list[str]) -> None:
-    """A ConfigError naming the key whose text holds UTF-16 surrogates (a `\\ud800` escape,
-    which YAML keeps as it is): not text, and a tokenizer fails on it mid-run."""
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            _check_text(item, [*path, str(key)])
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _check_text(item, [*path, str(i)])
-    elif isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            bad = exc.object[exc.start:exc.end].encode("unicode_escape").decode()
-            raise ConfigError(f"{'.'.join(path)}: holds {bad}, UTF-16 surrogates, which are not text (YAML does "
-                              "not join a pair of \\u escapes into one character); write the character itself, or "
-                              "its escape of \\U and 8 digits (\\U0001F600)") from None
 
 
 def _names_one_of(path: list[str], keys: Mapping[str, Any]) -> bool:
