@@ -1,6 +1,6 @@
 """`ets run --check` refuses, in the run's own words, what a run would refuse only after
 its models had loaded: a prompt with no room in the model's context, a KV pool too small
-for one sequence, an output folder that cannot be made, a trained-head reward given a
+for one sequence (the policy's, or the PRM's), an output folder that cannot be made, a trained-head reward given a
 random `tiny:` model, an embedder folder that is not there. It leaves nothing behind."""
 
 from __future__ import annotations
@@ -33,6 +33,25 @@ def test_a_pool_too_small_for_one_sequence_is_refused_by_check_as_by_the_run(tmp
     checked, ran = check_and_run(tmp_path, capsys, "policy.kv_budget_tokens=20")
     assert checked == ran
     assert "policy.kv_budget_tokens: the policy's KV pool of 20 tokens cannot hold one sequence" in checked
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["reward.options.backend=engine", "reward.options.kv_budget_tokens=40"], "reward.options.kv_budget_tokens"),
+    (["policy.kv_budget_tokens=96", "reward.options.share_policy_engine=true"], "policy.kv_budget_tokens"),
+])
+def test_a_prm_pool_too_small_for_its_longest_sequence_is_refused_by_check_as_by_the_run(tmp_path, capsys,
+                                                                                           overrides, key):
+    checked, ran = check_and_run(tmp_path, capsys, *overrides)
+    assert checked == ran
+    assert f"{key}: a KV pool of " in checked and "cannot hold the longest sequence the PRM may score" in checked
+    # the bound it names is enough: a pool of that size passes the check
+    need = int(checked.split(f"set {key} >= ")[1].split()[0])
+    from ets.app.run import check_config
+    from ets.config import load_config
+
+    config = load_config(TINY, ["policy.backend=engine", f"output={tmp_path / 'r.jsonl'}", *overrides,
+                                f"{key}={need}"])
+    assert check_config(config).endswith("# config OK: no model was loaded, nothing was run\n")
 
 
 def test_check_shows_the_prompts_lengths_and_the_cut_ones(tmp_path, capsys):

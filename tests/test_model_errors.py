@@ -28,13 +28,13 @@ CASES = {
     "a missing embedder": (lambda _: "search.embedder=/no/such/embedder", "search.embedder '/no/such/embedder' does not exist"),
     "a static form of a missing embedder": (lambda _: "search.embedder=static:/no/such/embedder",
                                             "search.embedder '/no/such/embedder' does not exist"),
-    # the PRM's pool is met only when a sequence is scored: still one line, naming its key
+    # the PRM's pool, checked before the PRM loads against its longest sequence
     "a PRM pool too small for one sequence": (
         lambda _: "reward.options.backend=engine reward.options.kv_budget_tokens=40",
-        "reward.options.kv_budget_tokens: the PRM's KV pool of 40 tokens cannot hold a sequence the PRM scores"),
+        "reward.options.kv_budget_tokens: a KV pool of 40 tokens cannot hold the longest sequence the PRM may score"),
     "a shared pool too small for the PRM's sequence": (
         lambda _: "policy.backend=engine policy.kv_budget_tokens=96 reward.options.share_policy_engine=true",
-        "policy.kv_budget_tokens: the policy's KV pool, which the PRM shares, of 96 tokens cannot hold"),
+        "policy.kv_budget_tokens: a KV pool of 96 tokens cannot hold the longest sequence the PRM may score"),
 }
 
 
@@ -52,6 +52,27 @@ def test_one_line_error(tmp_path, capsys, case):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("ets: error: ") and message in err[0], err
+
+
+@pytest.mark.parametrize("overrides, key, whose", [
+    (["reward.options.backend=engine", "reward.options.kv_budget_tokens=40"], "reward.options.kv_budget_tokens",
+     "the PRM's KV pool of 40 tokens"),
+    (["policy.backend=engine", "policy.kv_budget_tokens=96", "reward.options.share_policy_engine=true"],
+     "policy.kv_budget_tokens", "the policy's KV pool, which the PRM shares, of 96 tokens"),
+])
+def test_a_prm_pool_found_too_small_mid_search_names_its_key(overrides, key, whose):
+    """Where nothing checked the PRM's pool before the search (`ets.search` with a reward
+    built by hand), the engine's refusal of a sequence it cannot hold still comes out as
+    one `ConfigError` naming the key that sized the pool."""
+    from ets import api
+    from ets.config import ConfigError
+
+    config = api.load_config(TINY, ["data.limit=1", "width=2", *overrides])
+    policy = api.build_policy(config)
+    with pytest.raises(ConfigError) as error:
+        api.search(config, policy=policy, reward=api.build_reward(config, policy))
+    assert str(error.value).startswith(f"{key}: {whose} cannot hold a sequence the PRM scores")
+    assert f"set {key} >= " in str(error.value)
 
 
 def test_gemma2_on_the_engine_says_to_use_the_hf_backend(tmp_path, capsys):

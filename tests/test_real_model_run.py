@@ -109,3 +109,16 @@ def test_the_root_prompt_is_byte_for_byte_the_chat_template(tmp_path, smollm2):
     assert want.startswith("<|im_start|>system\nSolve the problem step by step.<|im_end|>\n<|im_start|>user\n")
     assert want.endswith("<|im_end|>\n<|im_start|>assistant\n")
     assert record["prompt_tokens"] == len(tok.apply_chat_template(turns, add_generation_prompt=True)["input_ids"])
+
+
+def test_a_prm_pool_with_its_own_tokenizer_is_estimated_by_check_as_a_note(tmp_path, smollm2, capsys):
+    """The PRM (tiny:llama) reads the SmolLM2 policy's steps with a tokenizer of its own,
+    so its longest sequence is only estimated: an explicit pool below the estimate is a
+    `--check` note and the run goes ahead (it stops with one line if a sequence does not fit)."""
+    config = write_config(tmp_path, smollm2)
+    pool = "reward.options.kv_budget_tokens=64"
+    assert main(["run", "--check", "--config", str(config), "reward.options.backend=engine", pool]) == 0
+    out = capsys.readouterr().out
+    note = [line for line in out.splitlines() if line.startswith("# reward.options.kv_budget_tokens")]
+    assert len(note) == 1 and "may not hold the longest sequence the PRM may score" in note[0], out
+    assert "need about " in note[0] and "the PRM's tokenizer is not the policy's" in note[0]

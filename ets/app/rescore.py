@@ -22,6 +22,7 @@ run's); the summary's throughput is unknown (null), as nothing was searched.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -64,17 +65,17 @@ def rescore(source: str | Path, config: RunConfig, *, show_progress: bool = True
             reward = reward or build_reward(config)  # no policy: the PRM on its own model
             start = time.perf_counter()  # the scoring alone, the PRM loaded
             bar = _progress(len(records), len(records) - len(todo), show_progress)
-            for i in range(0, len(todo), PROBLEMS_PER_CALL):
-                chunk = todo[i:i + PROBLEMS_PER_CALL]
-                for record in rescored(chunk, reward, config):
-                    record["rescored_from"] = str(source.resolve())
-                    writer.write(record)
-                    new_records.append(record)
-                if bar is not None:
-                    bar.update(len(chunk))
+            # closed on the way out of an error too, so its line ends before the error's
+            with bar if bar is not None else contextlib.nullcontext():
+                for i in range(0, len(todo), PROBLEMS_PER_CALL):
+                    chunk = todo[i:i + PROBLEMS_PER_CALL]
+                    for record in rescored(chunk, reward, config):
+                        record["rescored_from"] = str(source.resolve())
+                        writer.write(record)
+                        new_records.append(record)
+                    if bar is not None:
+                        bar.update(len(chunk))
             seconds = time.perf_counter() - start
-            if bar is not None:
-                bar.close()
     return finish_summary(config.output, writer.records, bool(new_records), lambda records: {
         **summarize(records, new_records, 0.0, None, reward), "rescored_from": str(source.resolve()),
         "rescore_seconds": None if seconds is None else round(seconds, 3)})

@@ -8,6 +8,7 @@ summary (accuracy, throughput, KV figures) is written next to it as `<name>.summ
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from ets.config.sal_recipes import no_effect_note
 from ets.loop.controller import RunStats, SearchLoop
 from ets.data import load_problems
 from ets.app.paired import correct_by_problem
-from ets.app.prompt_fit import fit_prompts
+from ets.app.prompt_fit import check_reward_fits, fit_prompts
 from ets.app.output import (OutputError, check_can_write, check_not_the_data, check_output_path, open_output,
                             read_json, resume_note, summary_path, treeless_note, write_json_atomic)
 from ets.app.terminal import plural
@@ -73,31 +74,16 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
         if todo:
             # Models load before the clock starts: throughput measures the search alone.
             policy = policy or build_policy(config.policy, config.search)
+            if reward is None and (tokenizer := getattr(policy, "tokenizer", None)) is not None:
+                for note in check_reward_fits(config, todo, tokenizer):  # before the PRM loads
+                    log.warning(note)
             reward = reward or build_reward(config, policy)
             strategy.warm_up()
-            from ets.engine.heap import frozen_loaded  # here: the ets.engine package loads torch
 
             bar = _progress(len(problems), len(problems) - len(todo), config.search.method, show_progress)
-
-            def on_result(record: dict[str, Any]) -> None:
-                writer.write(record)
-                new_records.append(record)
-
-            # Admission reads the KV capacity from the policy itself (policy.memory()).
-            loop = SearchLoop(
-                todo, policy, reward, config.search, strategy=strategy,
-                concurrency=config.concurrency, on_result=on_result, progress=bar, save_trees=config.save_trees,
-                in_flight=None if config.rounds == "in_flight" else False,
-            )
-            # The models and modules out of the cycle collector's way while searching, and
-            # back under it after, so that a process running one search after another
-            # frees each one's models and pools (ets/engine/heap.py).
-            with frozen_loaded():
-                start = time.perf_counter()
-                run_stats = loop.run().stats
-                elapsed = time.perf_counter() - start
-            if bar is not None:
-                bar.close()
+            # closed on the way out of an error too, so its line ends before the error's
+            with bar if bar is not None else contextlib.nullcontext():
+                run_stats, elapsed = _search(config, todo, policy, reward, strategy, writer, new_records, bar)
             if note := constant_scores_note(new_records):
                 log.warning(note)
     return finish_summary(config.output, writer.records, bool(new_records), lambda records: with_embedding_cost({
@@ -105,6 +91,30 @@ def run(config: RunConfig, *, show_progress: bool = True, policy: Policy | None 
         **({"runs_at_a_time": runs_at_a_time} if runs_at_a_time > 1 else {})},
         config.search, new_records))
 
+
+def _search(config: RunConfig, todo, policy, reward, strategy, writer, new_records: list[dict[str, Any]],
+            bar) -> tuple[RunStats, float]:
+    """Search `todo`, each record written as its problem finishes: the run's stats and
+    its wall time, models loaded."""
+    from ets.engine.heap import frozen_loaded  # here: the ets.engine package loads torch
+
+    def on_result(record: dict[str, Any]) -> None:
+        writer.write(record)
+        new_records.append(record)
+
+    # Admission reads the KV capacity from the policy itself (policy.memory()).
+    loop = SearchLoop(
+        todo, policy, reward, config.search, strategy=strategy,
+        concurrency=config.concurrency, on_result=on_result, progress=bar, save_trees=config.save_trees,
+        in_flight=None if config.rounds == "in_flight" else False,
+    )
+    # The models and modules out of the cycle collector's way while searching, and back
+    # under it after, so that a process running one search after another frees each one's
+    # models and pools (ets/engine/heap.py).
+    with frozen_loaded():
+        start = time.perf_counter()
+        run_stats = loop.run().stats
+        return run_stats, time.perf_counter() - start
 
 def constant_scores_note(records: list[dict[str, Any]], least: int = 20) -> str | None:
     """A warning when every step score of a run's records is the same number (a PRM reading
