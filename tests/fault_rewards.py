@@ -1,7 +1,7 @@
 """Plug-in rewards (`reward.name=tests.fault_rewards:<name>`, `reward.model=null`) for the
 tests of a run's results file: one does to the file what a user or another program might
 while the run writes it, one is slow, so that a second process can be started beside a
-live run. Both score every step 0.5."""
+live run, one breaks the reward interface mid-run. They score every step 0.5."""
 
 from __future__ import annotations
 
@@ -43,3 +43,10 @@ def vandal(questions, trajectories, path: str, after: int = 3, how: str = "delet
 def slow(questions, trajectories, seconds: float = 0.3):
     time.sleep(seconds)
     return _scores(trajectories)
+
+
+def short(questions, trajectories):
+    """One score too few for the first trajectory: a `RewardError` in the first round."""
+    scores = _scores(trajectories)
+    scores[0][0] = scores[0][0][:-1]
+    return scores

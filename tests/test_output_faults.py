@@ -392,3 +392,16 @@ def test_a_loop_of_symbolic_links_is_one_line(tmp_path, capsys, key):
             else f"data file '{loop}' does not exist") in msg
     msg = one_line_error(capsys, main(["run", "--check", "--config", str(TINY), *over]))
     assert f"{key} '{loop}' is a loop of symbolic links; point it at a file" in msg
+
+
+def test_an_error_mid_run_is_printed_on_a_line_of_its_own_after_the_progress_bar(tmp_path, capsys):
+    """The progress bar is closed before the error is printed: its last state ends its line,
+    and the error is the last line, not written over the bar's or followed by it."""
+    out = tmp_path / "r.jsonl"
+    code = main(["run", "--config", str(TINY), f"output={out}", "reward.name=tests.fault_rewards:short",
+                 "reward.model=null", "data.limit=2"])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.replace("\r", "\n").strip().splitlines()
+    assert lines[-1].startswith("ets: error: ") and "reward" in lines[-1], err
+    assert "\nets: error: " in err and "%|" in err  # the bar was shown, and the error starts a line
