@@ -224,7 +224,9 @@ def scaling_cell(kind: str, model, engine: Engine | None, prompts: list[list[int
         sync(device)
         wall = time.perf_counter() - start
         if host is not None:
-            per_step = (host_seconds(engine.stats()) - fixed) / decode
+            # a difference of two calls' clocks: at a fraction of a millisecond, noise can
+            # make it negative; it is at least 0
+            per_step = max(0.0, host_seconds(engine.stats()) - fixed) / decode
             host.append((1000 * per_step, per_step * (decode + 1) / wall))
         return n * (decode + 1) / wall
     if kind == "floor":  # the same batch over a 1-token context: the model's matmuls alone
