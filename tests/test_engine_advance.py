@@ -24,11 +24,11 @@ def model_tok(request):
     return AutoModelForCausalLM.from_config(config).eval(), tok
 
 
-def _expand(model, tok, advance: bool, embed: bool = False):
+def _expand(model, tok, advance: bool, embed: bool = False, pool: int = 4096):
     """Paths alone (plain decode) and with siblings (the cascade), short and long (rows
     past their columns: rebuilds and growths), sampled, some stopping early (their rows
     compacted away): the continuations and the engine's stats."""
-    engine = Engine(model, tok, kv_budget_tokens=4096, advance=advance)
+    engine = Engine(model, tok, kv_budget_tokens=pool, advance=advance)
     prompts = [random_tokens(n, seed=60 + n) for n in (5, 30, 120, 11, 140)]
     requests = list(zip(prompts, [1, 1, 3, 4, 2]))
     outs = engine.expand(requests, max_new_tokens=40, temperature=1.0, seed=3, stop=[7, 11], ignore_eos=True,
@@ -48,6 +48,19 @@ def test_advanced_forwards_decode_the_same_tokens(model_tok, embed):
         assert all(a.embedding.equal(p.embedding) for ga, gp in zip(advanced, planned) for a, p in zip(ga, gp))
     assert planned_stats["advanced_steps"] == 0 and stats["steps"] == planned_stats["steps"]
     assert stats["advanced_steps"] > stats["steps"] // 2
+
+
+@pytest.mark.parametrize("pool", [300, 400, 500])
+def test_a_pool_too_small_to_keep_the_decode_buffers_decodes_the_same_tokens(model_tok, pool):
+    """In a pool nearly full of live tokens, the decode groups' buffers are not kept per
+    layer (workspace.DecodeGroups.keep): every layer gathers its contexts from the pool,
+    at slots that must include the tokens decoded since the group was built. Sequences
+    are evicted and preempted too; the tokens are those of a pool that holds everything."""
+    model, tok = model_tok
+    roomy, _ = _expand(model, tok, advance=False)
+    tight, stats = _expand(model, tok, advance=True, pool=pool)
+    assert [[c.token_ids for c in g] for g in tight] == [[c.token_ids for c in g] for g in roomy]
+    assert stats["evicted_tokens"] > 0 and stats["advanced_steps"] > 0
 
 
 def test_expansions_in_flight_together_decode_the_same_tokens(model_tok):

@@ -352,6 +352,11 @@ class ModelRunner:
             return None
         if any(h.need >= h.state.cap for h in last.held):  # a group runs past its columns: rebuild or grow
             return None
+        # A cascade group whose buffers are not kept per layer gathers its own columns from
+        # the pool every layer, at the slots its metadata read from the table when it was
+        # built, which end at that forward's tokens: planned afresh, as `plan` rebuilds it
+        if any(h.shared and not h.state.kept for h in last.held):
+            return None
         prev = last.packed
         groups = []
         for k, h in enumerate(last.held):
