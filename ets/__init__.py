@@ -7,8 +7,9 @@
 
 `ets.load_config`, `ets.build_policy`, `ets.build_reward` and `ets.load_problems` build the
 parts one at a time from a config (ets/api.py). Besides `ets.ConfigError` and
-`ets.DataError`, a search raises `ets.PluginError` (a plug-in's fault) and `ets.RewardError`
-(scores that break the reward interface). Heavy parts (models, the controller) load
+`ets.DataError`, a search raises `ets.ModelLoadError` (a model that cannot be loaded),
+`ets.PluginError` (a plug-in's fault) and `ets.RewardError` (scores that break the reward
+interface). Heavy parts (models, the controller) load
 on first use, so `import ets` stays cheap.
 """
 
@@ -19,14 +20,14 @@ namespace.install()  # before anything imports ets.strategies, ets.rewards or et
 from ets.config import ConfigError, RunConfig, SearchConfig  # noqa: E402
 
 __all__ = [
-    "ConfigError", "DataError", "PluginError", "Problem", "RewardError", "RunConfig", "SearchConfig",
+    "ConfigError", "DataError", "ModelLoadError", "PluginError", "Problem", "RewardError", "RunConfig", "SearchConfig",
     "apply_torch_threads", "build_policy", "build_reward", "load_config", "load_problems", "search", "search_with",
 ]
 __version__ = "0.1.0"
 
 # name -> the module that defines it, imported on first use
 _LAZY = {
-    "Problem": "ets.data", "DataError": "ets.data",
+    "Problem": "ets.data", "DataError": "ets.data", "ModelLoadError": "ets.models.load",
     # what a search raises besides ConfigError and DataError: a plug-in's fault (a reward's
     # or a strategy's), a reward's scores that break the interface
     "PluginError": "ets.plugins", "RewardError": "ets.rewards.base",

@@ -169,7 +169,9 @@ def search(config: ConfigLike, problems: Iterable[ProblemLike] | None = None, *,
     from ets.strategies import build as build_strategy
 
     config = load_config(config, overrides)
+    _check_arguments("search", concurrency, on_result, progress)
     reward = _as_reward(reward)
+    _check_policy("search", policy)
     _warn_unread_overrides(_override_list(overrides), policy, reward)
     strategy = build_strategy(config.search)  # an unknown method or option fails before anything loads
     if reward is None:
@@ -207,12 +209,34 @@ def search_with(problems: Iterable[ProblemLike], policy: Policy, reward: Any, co
     if config is not None and not isinstance(config, SearchConfig):
         raise ConfigError(f"search_with's config: expected a SearchConfig, got {type(config).__name__}; "
                           "build one with ets.SearchConfig(method=..., width=...)")
+    _check_arguments("search_with", concurrency, on_result, progress)
     reward = _as_reward(reward)
+    _check_policy("search_with", policy)
     if config is None:
         built = getattr(policy, "search", None)
         config = built if isinstance(built, SearchConfig) else SearchConfig()
     return _search(as_problems(problems), policy, reward, config, concurrency=concurrency, on_result=on_result,
                    progress=progress)
+
+
+def _check_arguments(function: str, concurrency: Any, on_result: Any, progress: Any) -> None:
+    """A `ConfigError` naming the first argument of `function` that cannot work, before
+    anything loads or any problem is searched (else a concurrency of 0 searches nothing
+    and returns no records, and a callback that is not one fails after the first problem)."""
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                    or concurrency < 1):
+        raise ConfigError(f"{function}: concurrency={concurrency!r} must be an int >= 1 (searches in flight)")
+    if on_result is not None and not callable(on_result):
+        raise ConfigError(f"{function}: on_result={on_result!r} must be a function taking each record, or None")
+    if progress is not None and not callable(getattr(progress, "update", None)):
+        raise ConfigError(f"{function}: progress={progress!r} must have an update(n) method (a tqdm bar), or be None")
+
+
+def _check_policy(function: str, policy: Any) -> None:
+    """A policy given that is none (a path where the built policy belongs, say)."""
+    if policy is not None and not isinstance(policy, Policy):
+        raise ConfigError(f"{function}: policy={policy!r} is not an ets Policy; build one with "
+                          "ets.build_policy(config), or leave it out to build the config's")
 
 
 def _search(problems: list[Problem], policy: Policy, reward: Any, config: SearchConfig, **loop: Any) -> list[dict[str, Any]]:

@@ -426,4 +426,5 @@ def load_problems(data: DataConfig) -> list[Problem]:
         return load_jsonl(data)
     if data.hf_name:
         return load_hub(data)
-    raise DataError("no problems configured; set data.path to a JSONL file (or data.hf_name to a hub dataset)")
+    raise DataError("no problems configured; set data.path to a JSONL file (or data.hf_name to a hub dataset), "
+                    "or from Python pass them to ets.search")

@@ -205,7 +205,7 @@ def test_a_bad_config_file_is_one_line_naming_it(tmp_path, capsys, case, text, w
 
 def test_a_config_path_that_is_a_folder(tmp_path, capsys):
     msg = one_line_error(capsys, check(tmp_path, "--config", str(tmp_path)))
-    assert f"config file '{tmp_path}' is a folder; pass --config with a YAML file" in msg
+    assert f"config file '{tmp_path}' is a folder; give the path of a YAML file" in msg
 
 
 def test_a_config_file_that_cannot_be_read(tmp_path, capsys, monkeypatch):

@@ -190,16 +190,16 @@ def read_config_file(path: Path) -> Any:
     for a file that is missing, a folder, unreadable, not UTF-8 or not YAML."""
     name = repr(str(path))
     if path.is_dir():
-        raise ConfigError(f"config file {name} is a folder; pass --config with a YAML file")
+        raise ConfigError(f"config file {name} is a folder; give the path of a YAML file")
     if not path.is_file():
-        raise ConfigError(f"config file {name} does not exist; pass --config with a YAML file")
+        raise ConfigError(f"config file {name} does not exist; give the path of a YAML file")
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {name} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
                           f"{exc.start}); save it as UTF-8") from None
     except OSError as exc:
-        raise ConfigError(f"config file {name} cannot be read ({exc.strerror}); pass --config with a YAML file "
+        raise ConfigError(f"config file {name} cannot be read ({exc.strerror}); give the path of a YAML file "
                           f"you can read") from None
     try:
         return read_yaml(text)
