@@ -350,7 +350,10 @@ SPOILS = {  # name -> (how a record is spoiled, what the error says, the command
     "no correct": (_drop("correct"), "no 'correct' field", ("compare", "diagnose")),
     "no steps": (_drop_in_trajectory("steps"), "trajectory 0: no 'steps' field", ("diagnose", "rescore")),
     "null scores": (lambda r: r["trajectories"][0].update(step_scores=None),
-                    "trajectory 0: 'step_scores' is null, not a list of numbers", ("eval", "diagnose")),
+                    "trajectory 0: 'step_scores' is null, not a list of finite numbers", ("eval", "diagnose")),
+    # a NaN: json reads and writes it, and no vote can rank it
+    "a NaN score": (lambda r: r["trajectories"][0].update(step_scores=[float("nan")]),
+                    "trajectory 0: 'step_scores' is [nan], not a list of finite numbers", ("eval", "diagnose")),
     "string trajectory": (lambda r: r["trajectories"].__setitem__(0, "oops"),
                           "trajectory 0 is 'oops', not an object", ("eval", "diagnose", "rescore")),
 }

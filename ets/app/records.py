@@ -10,12 +10,15 @@ file (two outputs concatenated) is refused naming its id: it would count twice.
 
 from __future__ import annotations
 
+import math
 from numbers import Real
 from typing import Any, Callable, NamedTuple, Sequence
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, Real) and not isinstance(v, bool)
+    # finite: `ets run` writes no NaN or infinity, and an edited file's would break the
+    # votes (a NaN is neither larger nor smaller than any score)
+    return isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _strings(v: Any) -> bool:
@@ -32,12 +35,12 @@ SHAPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "question": (lambda v: isinstance(v, str), "a string"),
     "ground_truth": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "correct": (lambda v: v is None or isinstance(v, bool), "true, false or null"),
-    "kv_size": (_number, "a number"),
-    "generated_tokens": (_number, "a number"),
+    "kv_size": (_number, "a finite number"),
+    "generated_tokens": (_number, "a finite number"),
     "trajectories": (lambda v: isinstance(v, list), "a list"),
     # of each trajectory
     "answer": (lambda v: v is None or isinstance(v, str), "a string or null"),
-    "step_scores": (_numbers, "a list of numbers"),
+    "step_scores": (_numbers, "a list of finite numbers"),
     "steps": (_strings, "a list of strings"),
     "finish": (lambda v: isinstance(v, str), "a string"),
 }
