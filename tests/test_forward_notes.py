@@ -38,3 +38,18 @@ def test_on_cuda_auto_compiles_into_cuda_graphs_and_falls_back_to_eager():
     assert line.endswith("a compiled forward that fails runs again eagerly, as do all after it, with a warning")
     assert forward_note("policy", "cuda", "off", "auto", "bfloat16") == "policy forward on cuda: eager (policy.compile: off)"
     assert "prepacked" in forward_note("policy", "cpu", "off", "on", "float32")
+
+
+def test_check_counts_a_chat_judgement_prms_engine_as_step_tags(tmp_path, capsys):
+    """chat_judgement runs on step_tag's machinery: its own engine, forward and KV pool are
+    in `--check`'s notes, and its pool in the fixed pools' line."""
+    from tests import tiny_prms
+
+    judge = tiny_prms.chat_judge(tmp_path / "judge")
+    reward = ["reward.name=chat_judgement", f"reward.model={judge}", "reward.options.backend=engine",
+              "reward.options.kv_budget_tokens=4096"]
+    _, line = _forward_lines(capsys, *reward)
+    assert line.startswith("# reward forward on cpu: eager")
+    assert main(["run", "--config", str(TINY), "--check", *ENGINE, *reward]) == 0
+    pools = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# KV memory")]
+    assert len(pools) == 1 and "reward 4,096 tokens on cpu" in pools[0], pools

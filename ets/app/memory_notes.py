@@ -61,8 +61,8 @@ def _weight_bytes(model: str, dtype: torch.dtype) -> int | None:
 
 
 def _reward_engine(config: RunConfig):
-    """The step-tag PRM's options, when the run gives it an engine of its own (rewards/
-    step_tag.py: scoring on an engine, not the policy's); else None."""
+    """The PRM's options, when the run gives it an engine of its own (rewards/step_tag.py:
+    scoring on an engine, not the policy's); else None."""
     from ets.rewards.step_tag import unshared_note, wants_engine
 
     options = step_tag_options(config)
@@ -74,13 +74,14 @@ def _reward_engine(config: RunConfig):
 
 
 def step_tag_options(config: RunConfig):
-    """The step-tag PRM's options, parsed; None for another reward."""
+    """The options of a PRM on step_tag's machinery (its engine, pool and device keys:
+    step_tag, chat_judgement), parsed; None for another reward."""
+    from ets.rewards.chat_judgement import ChatJudgementOptions
     from ets.rewards.options import parse_options
     from ets.rewards.step_tag import StepTagOptions
 
-    if config.reward.name != "step_tag":
-        return None
-    return parse_options(StepTagOptions, config.reward.options, config.reward.name)
+    options = {"step_tag": StepTagOptions, "chat_judgement": ChatJudgementOptions}.get(config.reward.name)
+    return None if options is None else parse_options(options, config.reward.options, config.reward.name)
 
 
 def unshared_engine_note(config: RunConfig) -> str | None:

@@ -23,7 +23,9 @@ def reward_pool(config: RunConfig) -> tuple[str, int] | None:
     from ets.app.memory_notes import _reward_engine, step_tag_options
     from ets.rewards.step_tag import wants_engine
 
-    options = step_tag_options(config)
+    # (chat_judgement runs on the same machinery, but writes its text through a chat
+    # template: its sequences are not bounded here, and a run names a pool too small)
+    options = step_tag_options(config) if config.reward.name == "step_tag" else None
     on_engine = config.policy.backend == "engine"
     if options is None or not wants_engine(options, on_engine):
         return None
