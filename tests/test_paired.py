@@ -123,10 +123,12 @@ def test_a_run_summary_keeps_every_problems_outcome_and_a_sweep_prints_the_paire
     assert "of 3; sign test p = " in printed
 
 
-def write_run(path, rights: str, kv: int, prefix: str = "p"):
-    """A results file as `ets run` writes it, reduced to what `ets compare` reads."""
+def write_run(path, rights: str, kv: int, prefix: str = "p", kv_ref: int | None = None):
+    """A results file as `ets run` writes it, reduced to what `ets compare` reads (and
+    the ETS code's KV metric, `kv_ref`, where given)."""
+    ref = {} if kv_ref is None else {"kv_size_ref": kv_ref}
     lines = [json.dumps({"id": f"{prefix}{i}", "question": "q", "ground_truth": "1", "trajectories": [],
-                         "correct": c == "1", "kv_size": kv}) for i, c in enumerate(rights)]
+                         "correct": c == "1", "kv_size": kv, **ref}) for i, c in enumerate(rights)]
     path.write_text("\n".join(lines) + "\n")
     return str(path)
 
@@ -140,10 +142,10 @@ def test_ets_compare_prints_each_run_against_the_base(tmp_path, capsys):
     assert main(["compare", "--wide", base, ets, bon]) == 0
     ets_line, bon_line = capsys.readouterr().out.splitlines()
     assert ets_line == (f"{ets} vs {base}: accuracy 25.0% vs 50.0%, -25.0 points (95% CI -75.0 to +0.0; better on 0 "
-                        "problems, worse on 1, of 4; sign test p = 1); KV size/problem 100 vs 200 (2.00x smaller)")
+                        "problems, worse on 1, of 4; sign test p = 1); KV size/problem 100 vs 200: 2.00x smaller")
     # on the problems both searched: the base's accuracy there is 100%
     assert bon_line.startswith(f"{bon} vs {base}: accuracy 100.0% vs 100.0%, +0.0 points (95% CI +0.0 to +0.0;")
-    assert bon_line.endswith("of 2; sign test p = 1); KV size/problem 300 vs 200 (1.50x larger)")
+    assert bon_line.endswith("of 2; sign test p = 1); KV size/problem 300 vs 200: 1.50x larger")
     # by default: by file name, three short lines each
     assert main(["compare", base, ets, bon]) == 0
     assert capsys.readouterr().out.splitlines() == [
@@ -166,11 +168,11 @@ def test_ets_compare_pools_a_sweeps_seed_files_given_the_run_without_its_seed(tm
     write_run(tmp_path / "ets_w4_s1.jsonl", "1000", 150)
     base, ets = str(tmp_path / "rebase_w4"), str(tmp_path / "ets_w4")
     assert main(["compare", "--wide", base, ets]) == 0
-    line = capsys.readouterr().out.strip()
+    line = capsys.readouterr().out.splitlines()[0]   # (then a note: the seeds differ)
     # per problem, REBASE's shares 1, 2/3, 1/3, 0 (mean 50%), ETS's 1/2, 0, 0, 0 (12.5%)
     assert line.startswith(f"{ets} (seeds 0,1) vs {base} (seeds 0,1,10): accuracy 12.5% vs 50.0%, -37.5 points")
     assert "better on 0 problems, worse on 3, of 4; sign test p = 0.25)" in line
-    assert line.endswith("KV size/problem 100 vs 200 (2.00x smaller)")
+    assert line.endswith("KV size/problem 100 vs 200: 2.00x smaller")
     # one seed file against another run's pool; a name that is neither a file nor a run: exit 2
     assert main(["compare", "--wide", str(tmp_path / "ets_w4_s0.jsonl"), base]) == 0
     assert capsys.readouterr().out.startswith(f"{base} (seeds 0,1,10) vs {tmp_path / 'ets_w4_s0.jsonl'}: accuracy 50.0% vs 0.0%")
@@ -179,10 +181,29 @@ def test_ets_compare_pools_a_sweeps_seed_files_given_the_run_without_its_seed(tm
     assert main(["compare", "--wide", base, ets]) == 0
     assert capsys.readouterr().out.startswith(f"{ets} (seeds 0,1,2: 4/4/1 problems) vs {base} (seeds 0,1,10): ")
     assert main(["compare", base, ets]) == 0   # by default by file name, with the seeds
-    assert capsys.readouterr().out.startswith("ets_w4 (seeds 0,1,2: 4/4/1 problems) vs rebase_w4 (seeds 0,1,10), on ")
+    out = capsys.readouterr().out
+    assert out.startswith("ets_w4 (seeds 0,1,2: 4/4/1 problems) vs rebase_w4 (seeds 0,1,10), on ")
+    # seeds that differ are said: the pairing is of each problem's share over its own run's seeds
+    assert out.splitlines()[-1].startswith("note: ets_w4 (seeds 0,1,2: 4/4/1 problems) and rebase_w4 (seeds 0,1,10) "
+                                           "ran with different seeds")
     assert main(["compare", base, str(tmp_path / "dvts_w4")]) == 2
     err = capsys.readouterr().err
     assert "neither a results file nor a sweep's run" in err and len(err.strip().splitlines()) == 1
+
+
+def test_ets_compare_gives_the_kv_ratio_on_the_ets_codes_metric_too(tmp_path, capsys):
+    from ets.app.cli import main
+
+    base = write_run(tmp_path / "rebase.jsonl", "1100", 200, kv_ref=180)
+    ets = write_run(tmp_path / "ets.jsonl", "1000", 100, kv_ref=60)
+    older = write_run(tmp_path / "older.jsonl", "1000", 100)   # records without the metric
+    assert main(["compare", base, ets, older]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == "  KV/problem 100 vs 200: 2.00x smaller (3.00x on the ETS code's metric)"
+    assert out[5] == "  KV/problem 100 vs 200: 2.00x smaller"
+    assert main(["compare", "--wide", base, ets]) == 0
+    assert capsys.readouterr().out.strip().endswith("KV size/problem 100 vs 200: 2.00x smaller (3.00x on the ETS "
+                                                    "code's metric)")
 
 
 def test_a_sweeps_run_of_one_seed_is_named_as_runs_of_several_are(tmp_path, capsys):

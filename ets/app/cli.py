@@ -163,7 +163,7 @@ def _workers_lines(summary: dict) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from ets.app.evaluate import EvalError
     from ets.app.paired import compare_lines, compare_runs
-    from ets.app.result_runs import load_runs
+    from ets.app.result_runs import load_runs, seed_files
     from ets.app.terminal import comparison_blocks, short_names
 
     loaded = load_runs("compare", (args.base, *args.others), "whose records say whether each answer was right")
@@ -175,6 +175,11 @@ def _compare(args: argparse.Namespace) -> int:
         raise EvalError(str(exc)) from None
     for line in compare_lines(comparisons) if args.wide else comparison_blocks(comparisons):
         print(line)
+    base_seeds = list(seed_files(args.base))
+    for given, name in zip(args.others, names[1:]):
+        if list(seed_files(given)) != base_seeds:  # each problem counts as its share right over its own seeds
+            print(f"note: {name} and {names[0]} ran with different seeds; each problem is paired by its share "
+                  f"right over each run's own seeds")
     return 0
 
 

@@ -372,7 +372,7 @@ def relative_to_rebase(rows: Sequence[dict[str, Any]]) -> list[str]:
     means, said in the line. Where the rows carry each problem's outcome
     (`correct_by_problem`), the accuracy difference is paired over the problems both
     searched, with its confidence interval (ets/app/paired.py)."""
-    from ets.app.paired import size_change
+    from ets.app.paired import kv_change
     from ets.app.terminal import COMPARISONS
 
     lines = []
@@ -382,14 +382,8 @@ def relative_to_rebase(rows: Sequence[dict[str, Any]]) -> list[str]:
             a, b = by.get((method, width)), by.get((base, width))
             if not (a and b):
                 continue
-            kv = size_change(b["kv_size_per_problem"], a["kv_size_per_problem"])
-            if a.get("kv_size_ref_per_problem") is not None and b.get("kv_size_ref_per_problem") is not None:
-                # the paper's 1.8x is on the ETS code's metric
-                b_ref, a_ref = b["kv_size_ref_per_problem"], a["kv_size_ref_per_problem"]
-                ref = size_change(b_ref, a_ref)
-                if (b_ref >= a_ref) == (b["kv_size_per_problem"] >= a["kv_size_per_problem"]):
-                    ref = ref.split(" ")[0]  # the same way as the line's own ratio: "smaller" said once
-                kv += f" ({ref} on the ETS code's metric)"
+            kv = kv_change(b["kv_size_per_problem"], a["kv_size_per_problem"], b.get("kv_size_ref_per_problem"),
+                           a.get("kv_size_ref_per_problem"))
             tp = _ratio(a.get("tokens_per_s"), b.get("tokens_per_s"))
             pp = _ratio(a.get("problems_per_s"), b.get("problems_per_s"))
             lines.append(f"W={width}{_over(a, b)}: {name}: KV size {kv}, throughput {pp} problems/s "

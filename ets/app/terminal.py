@@ -167,8 +167,8 @@ def comparison_table(rows: Sequence[dict[str, Any]]) -> list[str]:
 def comparison_blocks(comparisons) -> list[str]:
     """`ets compare`'s comparisons (ets/app/paired.py `compare_runs`), three short lines
     each: which runs over how many problems, the accuracy difference with its 95% interval
-    and sign test, the KV size per problem."""
-    from ets.app.paired import p_text, size_change
+    and sign test, the KV size per problem (on both metrics)."""
+    from ets.app.paired import kv_change, p_text
 
     lines = []
     for c in comparisons:
@@ -179,7 +179,7 @@ def comparison_blocks(comparisons) -> list[str]:
                       f"({d.confidence:.0%} CI {d.low:+.1f} to {d.high:+.1f}), sign test p = {p_text(d.p_value)}",
                       indent="    ")
         lines += wrap(f"  KV/problem {compact(c.kv_size)} vs {compact(c.base_kv_size)}: "
-                      f"{size_change(c.base_kv_size, c.kv_size)}", indent="    ")
+                      f"{kv_change(c.base_kv_size, c.kv_size, c.base_kv_size_ref, c.kv_size_ref)}", indent="    ")
     return lines
 
 
