@@ -96,3 +96,10 @@ def test_hand_made_slices_without_config_records_merge_on_their_ids(tmp_path, ca
     assert (merged["problems"], merged["correct"]) == (3, 2)
     b.write_text(json.dumps({**also_right, "id": "p1"}) + "\n")
     assert f"problem 'p1' is in both {a} and {b}" in one_line_error(capsys, main(["eval", str(a), str(b)]))
+
+
+@pytest.mark.parametrize("side, what", [("summary", "summary"), ("config", "provenance")])
+def test_a_runs_side_file_given_as_its_results_names_them(slices, capsys, side, what):
+    given = slices / f"a.{side}.json"
+    msg = one_line_error(capsys, main(["eval", str(given)]))
+    assert msg == f"ets: error: {str(given)!r} is a run's {what}, not its results; pass {str(slices / 'a.jsonl')!r}"

@@ -28,6 +28,10 @@ def load_results(path: str | Path, needs: Needs = EVAL) -> list[dict[str, Any]]:
         kind = special_kind(path)
         what = "does not exist" if kind is None else f"is {kind}, not a results file"
         raise EvalError(f"results file {str(path)!r} {what}; pass the output of `ets run`")
+    for side, what in ((".summary.json", "summary"), (".config.json", "provenance")):
+        if path.name.endswith(side):  # beside a run's results, not them
+            results = path.with_name(path.name.removesuffix(side) + ".jsonl")
+            raise EvalError(f"{str(path)!r} is a run's {what}, not its results; pass {str(results)!r}")
     if path.suffix == ".json":
         from ets.app.ets_results import load_ets_public_results
 
