@@ -45,6 +45,20 @@ def test_aggregate_seeds_gives_mean_sd_min_max_per_pair_in_order():
     assert reb["accuracy"] == 0.5 and reb["accuracy_sd"] == pytest.approx(math.sqrt(0.125))
 
 
+def test_a_count_one_rows_seeds_share_has_no_spread_where_anothers_differ():
+    """`rounds` the same in every seed of one row, not of another's: the first has a spread
+    of 0, so that table.csv has a value in every row's rounds_sd, _min and _max."""
+    from ets.app.sweep import aggregate_seeds
+
+    runs = [run_row("beam", 4, s, rounds=19) for s in (0, 1)] + [run_row("best_of_n", 4, s, rounds=r)
+                                                                  for s, r in ((0, 19), (1, 20))]
+    beam, bon = aggregate_seeds(runs)
+    assert (beam["rounds"], beam["rounds_sd"], beam["rounds_min"], beam["rounds_max"]) == (19, 0.0, 19, 19)
+    assert bon["rounds"] == 19.5 and (bon["rounds_min"], bon["rounds_max"]) == (19, 20)
+    # a count every row's seeds share keeps none
+    assert not {"problems_sd", "problems_min", "problems_max"} & (set(beam) | set(bon))
+
+
 def test_one_seed_leaves_the_rows_as_they_are():
     from ets.app.report import markdown_table
     from ets.app.sweep import aggregate_seeds

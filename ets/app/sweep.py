@@ -194,8 +194,8 @@ def aggregate_seeds(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     one seed keeps its row as it is. With several: every numeric column (not a bool)
     becomes the mean over the seeds that know it (None where none does), with `<key>_sd`
     (sample standard deviation, n - 1), `<key>_min` and `<key>_max` beside it, except a
-    whole number every seed shares (`problems`), which stays as it is; a column
-    that is not a number keeps its value where the seeds agree (else their values joined
+    whole number every seed shares (`problems`), which stays as it is (with a spread of 0
+    where another row's seeds differ in it); a column that is not a number keeps its value where the seeds agree (else their values joined
     by "/"); `seeds` is the number of seeds and `seed_list` them, e.g. "0,1,2"."""
     import statistics
 
@@ -229,6 +229,13 @@ def aggregate_seeds(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         row["seeds"] = len(group)
         row["seed_list"] = ",".join(str(r["seed"]) for r in group)
         rows.append(row)
+    # A count the seeds of one row share has a spread in another's (rounds, say): there it
+    # is 0, so that a column has a value in every row of several seeds
+    spread = {k.removesuffix("_sd") for row in rows for k in row if k.endswith("_sd")}
+    for row in rows:
+        for key in spread:
+            if row.get("seeds", 1) > 1 and f"{key}_sd" not in row and _number(row.get(key)):
+                row[f"{key}_sd"], row[f"{key}_min"], row[f"{key}_max"] = 0.0, row[key], row[key]
     return rows
 
 
