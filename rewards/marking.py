@@ -92,7 +92,11 @@ def token_id(tokenizer, token: str | int, role: str) -> int:
         lead = tokenizer.decode(ids[:-1])
         if last.strip() == token.strip() and not lead.strip():
             return ids[-1]
-    pieces = tokenizer.convert_ids_to_tokens(ids)
+    # each token as the text it stands for (a byte-level BPE's own pieces read 'ĠÐº' for
+    # ' к'), unless a token is part of a character
+    pieces = [tokenizer.decode([i]) for i in ids]
+    if any("\ufffd" in p for p in pieces):
+        pieces = tokenizer.convert_ids_to_tokens(ids)
     raise MarkerError(
         f"the tokenizer has no single token for the {role} {token!r} (it encodes to {len(ids)} tokens: "
         f"{pieces}); add it to the tokenizer or choose a {role} that is one token"

@@ -122,3 +122,12 @@ def test_a_prm_pool_with_its_own_tokenizer_is_estimated_by_check_as_a_note(tmp_p
     note = [line for line in out.splitlines() if line.startswith("# reward.options.kv_budget_tokens")]
     assert len(note) == 1 and "may not hold the longest sequence the PRM may score" in note[0], out
     assert "need about " in note[0] and "the PRM's tokenizer is not the policy's" in note[0]
+
+
+def test_a_step_tag_of_two_tokens_is_named_by_the_text_of_each(tmp_path, smollm2, capsys):
+    """SmolLM2's byte-level BPE has no one token for Math-Shepherd's ' ки': the refusal
+    shows each token's text, not the tokenizer's byte pieces ('ĠÐº')."""
+    config = write_config(tmp_path, smollm2)
+    assert main(["run", "--check", "--config", str(config), f"reward.model={smollm2}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no single token for the step tag ' ки' (it encodes to 2 tokens: [' к', 'и'])" in err, err
