@@ -304,3 +304,17 @@ def test_equal_sizes_read_as_the_same():
 
     assert size_change(1000, 1001) == "1.00x (the same)"
     assert size_change(1000, 500) == "2.00x smaller" and size_change(500, 1000) == "2.00x larger"
+
+
+@pytest.mark.parametrize("command", ["eval", "compare", "diagnose"])
+def test_a_name_that_is_neither_a_file_nor_a_sweeps_run_is_refused_saying_what_was_looked_for(tmp_path, capsys,
+                                                                                                command):
+    from ets.app.cli import main
+
+    base = write_run(tmp_path / "rebase_w4.jsonl", "1100", 200)
+    missing = str(tmp_path / "rebase_w8")
+    argv = [command, missing] if command != "compare" else [command, base, missing]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ets: error: {missing!r} is neither a results file nor a sweep's run with seed files "
+                   f"{missing}_s<seed>.jsonl; pass the output of `ets run` or `ets sweep --seeds`"]

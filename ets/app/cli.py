@@ -231,7 +231,7 @@ def _presets(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from ets.app.evaluate import EvalError, evaluate
     from ets.app.merge import load_merged
-    from ets.app.result_runs import run_file, seed_files
+    from ets.app.result_runs import named_file, seed_files
 
     if not args.at_n and (args.plot is not None or args.at_n_seeds is not None):
         flag = "--plot" if args.plot is not None else "--at-n-seeds"
@@ -242,7 +242,7 @@ def _eval(args: argparse.Namespace) -> int:
         raise EvalError("--by is not an option of --at-n; run `ets eval --by` on its own")
     if len(args.files) == 1 and (seeds := seed_files(args.files[0])):
         return _eval_seeds(args, seeds)
-    args.files = [run_file(f) for f in args.files]
+    args.files = [named_file(f) for f in args.files]
     run = load_merged(args.files)
     _recorded_choice(args, run.records)
     if args.at_n:

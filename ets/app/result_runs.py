@@ -33,10 +33,7 @@ def load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, s
     runs = []
     for path in given:
         seeds = seed_files(path)
-        path = path if seeds else run_file(path)
-        if not seeds and not os.path.exists(path) and not path.endswith(".jsonl"):
-            raise EvalError(f"{path!r} is neither a results file nor a sweep's run with seed files "
-                            f"{path}_s<seed>.jsonl; pass the output of `ets run` or `ets sweep --seeds`")
+        path = path if seeds else named_file(path)
         records = [load_results(file, NEEDS[command]) for file in (seeds.values() if seeds else [path])]
         seeds_text = ""
         if seeds:
@@ -45,6 +42,17 @@ def load_runs(command: str, given: Sequence[str], why: str) -> list[tuple[str, s
                                                          if len(set(counts)) > 1 else ")")
         runs.append((path, seeds_text, records))
     return runs
+
+
+def named_file(given: str) -> str:
+    """The results file `given` names (`run_file`); an EvalError where it names neither a
+    file nor a sweep's run (a `.jsonl` name that is not there is left to the reader to
+    refuse, as a results file that does not exist)."""
+    path = run_file(given)
+    if not os.path.exists(path) and not path.endswith(".jsonl"):
+        raise EvalError(f"{path!r} is neither a results file nor a sweep's run with seed files "
+                        f"{path}_s<seed>.jsonl; pass the output of `ets run` or `ets sweep --seeds`")
+    return path
 
 
 def run_file(given: str) -> str:
