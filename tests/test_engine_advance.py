@@ -63,6 +63,37 @@ def test_a_pool_too_small_to_keep_the_decode_buffers_decodes_the_same_tokens(mod
     assert stats["evicted_tokens"] > 0 and stats["advanced_steps"] > 0
 
 
+def _search(model, tok, pool: int, rounds: int = 8, keep: int = 3, samples: int = 3) -> list[list[list[int]]]:
+    """A beam-like search on the engine alone: each round every kept path of 3 problems
+    is expanded into `samples` sampled steps, the old handles released, and each
+    problem's `keep` longest paths kept (the rest released). Its kept paths."""
+    engine = Engine(model, tok, kv_budget_tokens=pool)
+    live = [[(random_tokens(n, seed=70 + n), None)] for n in (40, 90, 25)]
+    for r in range(rounds):
+        requests = [(path, samples) for paths in live for path, _ in paths]
+        owners = [q for q, paths in enumerate(live) for _ in paths]
+        outs = engine.expand(requests, max_new_tokens=12, temperature=1.0, seed=r, stop=[7], ignore_eos=True)
+        engine.release([h for paths in live for _, h in paths if h is not None])
+        grown = [[] for _ in live]
+        for (path, _), q, continuations in zip(requests, owners, outs):
+            grown[q] += [(path + list(c.token_ids), c.handle) for c in continuations]
+        for paths in grown:
+            paths.sort(key=lambda x: (-len(x[0]), x[0]))
+            engine.release([h for _, h in paths[keep:]])
+            del paths[keep:]
+        live = grown
+        engine.check()
+    return [[path for path, _ in paths] for paths in live]
+
+
+@pytest.mark.parametrize("pool", [300, 800])
+def test_a_search_in_a_tight_pool_keeps_the_paths_of_a_roomy_one(model_tok, pool):
+    """Round after round of sibling samples (the cascade) in a pool that evicts, preempts
+    and spills (300) or only evicts (800): the same paths as in a pool that holds all."""
+    model, tok = model_tok
+    assert _search(model, tok, pool) == _search(model, tok, 1 << 16)
+
+
 def test_expansions_in_flight_together_decode_the_same_tokens(model_tok):
     """Submitted expansions under different settings (greedy, sampled, stop strings) share
     their forwards: a decode run samples and stops each call's rows by its own rule."""
