@@ -411,6 +411,39 @@ def test_sigterm_to_a_sweeps_process_group_stops_every_run_as_ctrl_c_does(tmp_pa
     assert not list(out.glob("*.jsonl"))
 
 
+KILLED_REWARD = '''
+import os
+import signal
+from pathlib import Path
+
+def killed(questions, trajectories):
+    try:  # the first run to score is killed, as the kernel's out-of-memory killer would
+        os.close(os.open(Path(__file__).with_name("killed"), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return [[[0.5] * len(steps) for steps in trajs] for trajs in trajectories]
+    os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def test_a_sweep_run_whose_process_is_killed_is_one_line_and_resumes(tmp_path):
+    """A `--jobs 2` sweep whose worker dies by SIGKILL (no exception, no result): one line,
+    exit code 1, not the pool's traceback; the same command then finishes the sweep."""
+    (tmp_path / "killed_reward.py").write_text(KILLED_REWARD)
+    argv = [sys.executable, "-m", "ets", "sweep", "--quiet", "--config", str(TINY), "--methods", "rebase,beam",
+            "--widths", "2", "--jobs", "2", "--out", str(tmp_path / "sweep"), "data.limit=2",
+            "reward.name=killed_reward:killed", "reward.model=null"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    first = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 1, first.stderr
+    assert first.stderr.strip().splitlines()[-1] == (
+        "ets: error: a run's process ended abruptly (killed by a signal: the kernel's out-of-memory killer, say); "
+        "the finished runs and problems are kept: the same command resumes")
+    assert "Traceback" not in first.stderr
+    again = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert all(len((tmp_path / "sweep" / f"{m}_w2.jsonl").read_text().splitlines()) == 2 for m in ("rebase", "beam"))
+
+
 STUBBORN_REWARD = '''
 import time
 from pathlib import Path

@@ -645,6 +645,13 @@ def user_errors() -> tuple[type[BaseException], ...]:
             FileNotFoundError)
 
 
+def lost_process() -> type[BaseException]:
+    """A sweep's run whose process was killed (ets/app/sweep.py)."""
+    from ets.app.sweep import RunProcessLost
+
+    return RunProcessLost
+
+
 def main(argv: list[str] | None = None) -> int:
     args, unknown = build_parser().parse_known_args(argv)
     if isinstance(getattr(args, "overrides", None), list):
@@ -677,6 +684,9 @@ def main(argv: list[str] | None = None) -> int:
     except user_errors() as exc:
         print(f"ets: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except lost_process() as exc:  # not bad input: exit code 1, in one line all the same
+        print(f"ets: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `ets presets | head`: the reader has what it wanted
         # stdout to /dev/null, so that Python's flush at exit finds no pipe to fail on again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

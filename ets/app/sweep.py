@@ -239,6 +239,10 @@ def aggregate_seeds(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+class RunProcessLost(RuntimeError):
+    """A process running one of a sweep's runs ended without a result or an error."""
+
+
 def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = True,
                 overwrite: bool = False) -> list[dict[str, Any]]:
     """Each run's summary, in the order given, `jobs` runs at a time, each in a fresh
@@ -272,6 +276,7 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
                 if bar is not None:
                     bar.update(1)
         except BaseException as stop:
+            lost = isinstance(stop, cf.BrokenExecutor)  # a worker killed (the OOM killer, say)
             # (Ctrl-C reaches the workers itself; SIGTERM only this process)
             if not (isinstance(stop, Terminated) or terminated()):
                 for f in futures:
@@ -287,6 +292,10 @@ def run_in_jobs(configs: Sequence[RunConfig], jobs: int, show_progress: bool = T
                     worker.join(WORKER_GRACE_SECONDS)
                     if worker.is_alive():
                         worker.kill()
+            if lost:  # (the pool has stopped the other runs as on SIGTERM: their finished problems are kept)
+                raise RunProcessLost("a run's process ended abruptly (killed by a signal: the kernel's out-of-memory "
+                                     "killer, say); the finished runs and problems are kept: the same command "
+                                     "resumes") from None
             raise
         finally:
             if bar is not None:
