@@ -14,7 +14,7 @@ second SIGTERM exits at once, except in a worker process (`stop_on_sigterm(worke
 a scheduler's SIGTERM to a process group reaches the workers and their driver at once,
 and the driver's SIGTERM, or its process pool's, then comes second, while the worker is
 still closing its output. A worker that is stopping lets them pass; its driver ends it
-if it takes too long.
+if it takes too long. A worker between jobs (`between_jobs`) ends at once.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ EXIT_CODE = 143  # 128 + SIGTERM, as a shell reports a process it ended
 
 _stopping = threading.Event()
 _repeat_exits = True
+# A worker waiting for its next job: SIGTERM ends it at once, as it has nothing to unwind
+# (raised in its process pool's wait for work, the exception printed that wait's traceback)
+_between_jobs = threading.Event()
 
 
 class Terminated(KeyboardInterrupt):
@@ -35,6 +38,8 @@ class Terminated(KeyboardInterrupt):
 
 
 def _raise_terminated(signum, frame) -> None:
+    if _between_jobs.is_set():
+        os._exit(EXIT_CODE)
     if _stopping.is_set():
         if _repeat_exits:
             os._exit(EXIT_CODE)
@@ -44,6 +49,14 @@ def _raise_terminated(signum, frame) -> None:
     timer.daemon = True
     timer.start()
     raise Terminated()
+
+
+def between_jobs(waiting: bool) -> None:
+    """Say that this worker process waits for its next job (True) or runs one (False)."""
+    if waiting:
+        _between_jobs.set()
+    else:
+        _between_jobs.clear()
 
 
 def terminated() -> bool:

@@ -331,11 +331,12 @@ def _set_up_worker(driver: int) -> None:
     import threading
     import time
 
-    from ets.app.stopping import stop_on_sigterm
+    from ets.app.stopping import between_jobs, stop_on_sigterm
     from ets.models.load import hide_loading_bars
 
     hide_loading_bars()
     stop_on_sigterm(worker=True)
+    between_jobs(True)
     # tqdm's default lock is a process-shared semaphore, which `_job`'s os._exit would leave
     # for the resource tracker to report as leaked; this process draws no bar to share.
     from tqdm import tqdm
@@ -355,8 +356,9 @@ def _set_up_worker(driver: int) -> None:
 def _job(config: RunConfig, overwrite: bool = False, runs_at_a_time: int = 1) -> dict[str, Any]:
     """One run of `run_in_jobs`, in its own process: its models, its search, its summary."""
     from ets.app.run import run
-    from ets.app.stopping import EXIT_CODE, Terminated
+    from ets.app.stopping import EXIT_CODE, Terminated, between_jobs
 
+    between_jobs(False)
     try:
         return run(config, show_progress=False, overwrite=overwrite, runs_at_a_time=runs_at_a_time)
     except Terminated:
@@ -365,6 +367,7 @@ def _job(config: RunConfig, overwrite: bool = False, runs_at_a_time: int = 1) ->
         # The run's models sit in reference cycles (see run_sweep) and this process takes
         # the next run: free its KV pools now, not at the collector's next whim.
         gc.collect()
+        between_jobs(True)
 
 
 def _number(value: Any) -> bool:
